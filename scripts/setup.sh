@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every system package carpool needs, from Debian's apt. Idempotent: packages already
+# present are skipped, so a second run does nothing but report.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  cmake ninja-build g++ pkg-config
+  # libraries
+  libroaring-dev libboost-dev libboost-program-options-dev libfmt-dev libsqlite3-dev zlib1g-dev
+  # the narrow OpenCV set (the full libopencv-dev is ~800 MB)
+  libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
+  # tests and benchmarks
+  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  # python side and the embedded default dataset
+  python3 python3-numpy dataset-fashion-mnist
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "setup: installing ${#missing[@]} package(s): ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup: done"
