@@ -1,0 +1,34 @@
+// The prepare spec: the deterministic, expensive part of loading a sample, done once into the
+// cache. Text form "resize=256,crop=256" (shorter side to 256, then a 256x256 center crop), or
+// "raw" (the record's bytes as they are, e.g. IDX images). Thread-compatible value type.
+#ifndef CARPOOL_DATASETS_PREPARE_SPEC_H_
+#define CARPOOL_DATASETS_PREPARE_SPEC_H_
+
+#include <string>
+#include <string_view>
+
+#include "carpool/status.h"
+
+namespace carpool {
+
+struct PrepareSpec {
+  bool raw = false;  // keep the record's bytes; resize/crop must be 0
+  int resize = 0;    // shorter side in pixels; 0 keeps the decoded size
+  int crop = 0;      // square center crop in pixels; 0 means none
+  int channels = 3;  // 3 (RGB) or 1 (grayscale); for raw, what the record holds
+
+  // Canonical text, parseable by ParsePrepareSpec: "raw", "raw,channels=1",
+  // "resize=256,crop=256", "resize=256,crop=256,channels=1".
+  std::string ToString() const;
+  bool operator==(const PrepareSpec&) const = default;
+};
+
+inline constexpr int kMaxPrepareSide = 8192;
+
+// Accepts comma-separated key=value items in any order: resize=N, crop=N, channels=1|3, and the
+// bare word "raw". Errors name the bad item and the accepted form.
+Result<PrepareSpec> ParsePrepareSpec(std::string_view text);
+
+}  // namespace carpool
+
+#endif  // CARPOOL_DATASETS_PREPARE_SPEC_H_
