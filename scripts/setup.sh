@@ -13,7 +13,7 @@ PACKAGES=(
   # tests and benchmarks
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   # python side and the embedded default dataset
-  python3 python3-numpy dataset-fashion-mnist
+  python3 python3-numpy python3-torch python3-torchvision dataset-fashion-mnist
 )
 
 missing=()
