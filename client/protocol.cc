@@ -1,0 +1,425 @@
+#include "client/protocol.h"
+
+#include <fmt/format.h>
+
+#include <type_traits>
+
+namespace carpool::protocol {
+namespace {
+
+// Appends little-endian fields. Only the encoder uses it; limits are checked by decoding back.
+class Writer {
+ public:
+  template <typename T>
+  void Int(T v) {
+    static_assert(std::is_unsigned_v<T>);
+    for (size_t i = 0; i < sizeof(T); ++i) bytes_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void Str(const std::string& s) {
+    Int(static_cast<uint32_t>(s.size()));
+    bytes_.insert(bytes_.end(), s.begin(), s.end());
+  }
+  std::vector<uint8_t>& bytes() { return bytes_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+// Reads little-endian fields from a span. The first failure sticks; later reads return zero, so a
+// decoder can read all fields and check status() once at the end without ever over-reading.
+class Reader {
+ public:
+  explicit Reader(std::span<const uint8_t> bytes) : bytes_(bytes) {}
+
+  template <typename T>
+  T Int(const char* field) {
+    static_assert(std::is_unsigned_v<T>);
+    if (!Need(sizeof(T), field)) return 0;
+    T v = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(static_cast<T>(bytes_[pos_ + i]) << (8 * i));
+    pos_ += sizeof(T);
+    return v;
+  }
+  bool Bool(const char* field) {
+    uint8_t v = Int<uint8_t>(field);
+    if (v > 1) Fail(fmt::format("field {} is {}, expected 0 or 1", field, v));
+    return v == 1;
+  }
+  std::string Str(const char* field, uint32_t max_bytes) {
+    uint32_t n = Int<uint32_t>(field);
+    if (!status_.ok()) return {};
+    if (n > max_bytes) {
+      Fail(fmt::format("field {} is {} bytes, limit is {}", field, n, max_bytes));
+      return {};
+    }
+    if (!Need(n, field)) return {};
+    std::string s(reinterpret_cast<const char*>(bytes_.data() + pos_), n);
+    pos_ += n;
+    return s;
+  }
+  void Fail(std::string message) {
+    if (status_.ok()) status_ = Status::InvalidArgument(std::move(message));
+  }
+  // OK only if every read succeeded and every byte was consumed.
+  Status Finish(MessageType type) {
+    if (status_.ok() && pos_ != bytes_.size()) {
+      Fail(fmt::format("{} payload has {} trailing bytes", MessageTypeName(type),
+                       bytes_.size() - pos_));
+    }
+    if (!status_.ok()) {
+      return Status::InvalidArgument(
+          fmt::format("malformed {} frame: {}", MessageTypeName(type), status_.message()));
+    }
+    return Status::OK();
+  }
+
+ private:
+  bool Need(size_t n, const char* field) {
+    if (!status_.ok()) return false;
+    if (bytes_.size() - pos_ < n) {
+      Fail(fmt::format("truncated at field {} (needs {} bytes, {} left)", field, n,
+                       bytes_.size() - pos_));
+      return false;
+    }
+    return true;
+  }
+
+  std::span<const uint8_t> bytes_;
+  size_t pos_ = 0;
+  Status status_;
+};
+
+void Put(Writer& w, const Hello& m) {
+  w.Int(m.pid);
+  w.Str(m.client_name);
+}
+void Get(Reader& r, Hello& m) {
+  m.pid = r.Int<uint32_t>("pid");
+  m.client_name = r.Str("client_name", kMaxMessageBytes);
+}
+
+void Put(Writer& w, const HelloReply& m) {
+  w.Str(m.server_instance);
+  w.Int(m.lease_ms);
+  w.Int(m.max_payload_bytes);
+  w.Int(m.max_batch_size);
+  w.Int(m.max_prefetch);
+}
+void Get(Reader& r, HelloReply& m) {
+  m.server_instance = r.Str("server_instance", kMaxNameBytes);
+  m.lease_ms = r.Int<uint32_t>("lease_ms");
+  m.max_payload_bytes = r.Int<uint32_t>("max_payload_bytes");
+  m.max_batch_size = r.Int<uint32_t>("max_batch_size");
+  m.max_prefetch = r.Int<uint32_t>("max_prefetch");
+  if (m.lease_ms == 0) r.Fail("lease_ms is 0, expected a positive lease");
+}
+
+void Put(Writer& w, const CreateJob& m) {
+  w.Str(m.dataset);
+  w.Int(m.batch_size);
+  w.Int(m.epochs);
+  w.Str(m.transform);
+  w.Str(m.device);
+  w.Int(m.prefetch);
+  w.Int(static_cast<uint8_t>(m.drop_last));
+  w.Int(m.seed);
+}
+void Get(Reader& r, CreateJob& m) {
+  m.dataset = r.Str("dataset", kMaxNameBytes);
+  m.batch_size = r.Int<uint32_t>("batch_size");
+  m.epochs = r.Int<uint32_t>("epochs");
+  m.transform = r.Str("transform", kMaxTransformBytes);
+  m.device = r.Str("device", kMaxNameBytes);
+  m.prefetch = r.Int<uint32_t>("prefetch");
+  m.drop_last = r.Bool("drop_last");
+  m.seed = r.Int<uint64_t>("seed");
+}
+
+void Put(Writer& w, const JobInfo& m) {
+  w.Int(m.job_id);
+  w.Int(m.dataset_size);
+  w.Int(m.batches_per_epoch);
+  w.Int(m.batch_size);
+  w.Int(m.epochs);
+  w.Int(static_cast<uint8_t>(m.sample_shape.size()));
+  for (uint32_t d : m.sample_shape) w.Int(d);
+  w.Int(static_cast<uint8_t>(m.dtype));
+  w.Int(static_cast<uint8_t>(m.layout));
+  w.Str(m.segment_name);
+  w.Int(m.slot_count);
+  w.Int(m.slot_bytes);
+}
+void Get(Reader& r, JobInfo& m) {
+  m.job_id = r.Int<uint64_t>("job_id");
+  m.dataset_size = r.Int<uint64_t>("dataset_size");
+  m.batches_per_epoch = r.Int<uint64_t>("batches_per_epoch");
+  m.batch_size = r.Int<uint32_t>("batch_size");
+  m.epochs = r.Int<uint32_t>("epochs");
+  uint8_t rank = r.Int<uint8_t>("rank");
+  if (rank == 0 || rank > kMaxImageRank) {
+    r.Fail(fmt::format("rank is {}, expected 1..{}", rank, kMaxImageRank));
+    rank = 0;
+  }
+  uint64_t elements = 1;
+  for (uint8_t i = 0; i < rank; ++i) {
+    uint32_t d = r.Int<uint32_t>("sample_shape");
+    constexpr uint64_t kMaxElements = uint64_t{1} << 40;
+    if (d == 0) {
+      r.Fail("a sample_shape dimension is 0");
+    } else if (elements > kMaxElements / d) {
+      r.Fail("sample_shape has more than 2^40 elements");
+    } else {
+      elements *= d;
+    }
+    m.sample_shape.push_back(d);
+  }
+  uint8_t dtype = r.Int<uint8_t>("dtype");
+  if (dtype < 1 || dtype > 3) r.Fail(fmt::format("dtype is {}, expected 1..3", dtype));
+  m.dtype = static_cast<DType>(dtype);
+  uint8_t layout = r.Int<uint8_t>("layout");
+  if (layout < 1 || layout > 3) r.Fail(fmt::format("layout is {}, expected 1..3", layout));
+  m.layout = static_cast<Layout>(layout);
+  m.segment_name = r.Str("segment_name", kMaxNameBytes);
+  m.slot_count = r.Int<uint32_t>("slot_count");
+  m.slot_bytes = r.Int<uint64_t>("slot_bytes");
+  if (m.segment_name.empty() || m.segment_name[0] != '/' ||
+      m.segment_name.find('/', 1) != std::string::npos) {
+    r.Fail(fmt::format("segment_name \"{}\" is not of the form /name", m.segment_name));
+  }
+  if (m.slot_count == 0) r.Fail("slot_count is 0");
+  if (m.batch_size == 0) r.Fail("batch_size is 0");
+}
+
+void Put(Writer& w, const BatchReady& m) {
+  w.Int(m.job_id);
+  w.Int(m.slot);
+  w.Int(m.generation);
+  w.Int(m.epoch);
+  w.Int(m.batch_index);
+  w.Int(m.sample_count);
+  for (uint64_t v : {m.images_offset, m.images_bytes, m.labels_offset, m.labels_bytes,
+                     m.ids_offset, m.ids_bytes}) {
+    w.Int(v);
+  }
+  w.Int(m.skipped);
+}
+void Get(Reader& r, BatchReady& m) {
+  m.job_id = r.Int<uint64_t>("job_id");
+  m.slot = r.Int<uint32_t>("slot");
+  m.generation = r.Int<uint64_t>("generation");
+  m.epoch = r.Int<uint32_t>("epoch");
+  m.batch_index = r.Int<uint64_t>("batch_index");
+  m.sample_count = r.Int<uint32_t>("sample_count");
+  m.images_offset = r.Int<uint64_t>("images_offset");
+  m.images_bytes = r.Int<uint64_t>("images_bytes");
+  m.labels_offset = r.Int<uint64_t>("labels_offset");
+  m.labels_bytes = r.Int<uint64_t>("labels_bytes");
+  m.ids_offset = r.Int<uint64_t>("ids_offset");
+  m.ids_bytes = r.Int<uint64_t>("ids_bytes");
+  m.skipped = r.Int<uint32_t>("skipped");
+  // Ranges are checked against the slot by the receiver; here only that they cannot overflow.
+  if (m.images_offset > UINT64_MAX - m.images_bytes || m.labels_offset > UINT64_MAX - m.labels_bytes ||
+      m.ids_offset > UINT64_MAX - m.ids_bytes) {
+    r.Fail("a byte range overflows 64 bits");
+  }
+  if (m.labels_bytes != uint64_t{m.sample_count} * 4 || m.ids_bytes != uint64_t{m.sample_count} * 4) {
+    r.Fail(fmt::format("labels_bytes {} / ids_bytes {} do not match sample_count {} (4 bytes each)",
+                       m.labels_bytes, m.ids_bytes, m.sample_count));
+  }
+  if (m.labels_offset % 4 != 0 || m.ids_offset % 4 != 0) r.Fail("labels/ids are not 4-aligned");
+}
+
+void Put(Writer& w, const Release& m) {
+  w.Int(m.job_id);
+  w.Int(m.slot);
+  w.Int(m.generation);
+}
+void Get(Reader& r, Release& m) {
+  m.job_id = r.Int<uint64_t>("job_id");
+  m.slot = r.Int<uint32_t>("slot");
+  m.generation = r.Int<uint64_t>("generation");
+}
+
+void Put(Writer&, const Heartbeat&) {}
+void Get(Reader&, Heartbeat&) {}
+void Put(Writer&, const Bye&) {}
+void Get(Reader&, Bye&) {}
+
+void Put(Writer& w, const StatsRequest& m) { w.Int(m.job_id); }
+void Get(Reader& r, StatsRequest& m) { m.job_id = r.Int<uint64_t>("job_id"); }
+
+void Put(Writer& w, const StatsReply& m) { w.Str(m.json); }
+void Get(Reader& r, StatsReply& m) { m.json = r.Str("json", kMaxPayloadBytes - 4); }
+
+void Put(Writer& w, const Error& m) {
+  w.Int(static_cast<uint16_t>(m.code));
+  w.Str(m.message);
+}
+void Get(Reader& r, Error& m) {
+  uint16_t code = r.Int<uint16_t>("code");
+  if (code < static_cast<uint16_t>(StatusCode::kInvalidArgument) ||
+      code > static_cast<uint16_t>(StatusCode::kInternal)) {
+    r.Fail(fmt::format("error code is {}, expected 1..{}", code,
+                       static_cast<int>(StatusCode::kInternal)));
+  }
+  m.code = static_cast<StatusCode>(code);
+  m.message = r.Str("message", kMaxMessageBytes);
+}
+
+void Put(Writer& w, const EndOfData& m) {
+  w.Int(m.job_id);
+  w.Int(m.epochs_completed);
+}
+void Get(Reader& r, EndOfData& m) {
+  m.job_id = r.Int<uint64_t>("job_id");
+  m.epochs_completed = r.Int<uint32_t>("epochs_completed");
+}
+
+// Default-constructs alternative `index` of Message.
+template <size_t... I>
+Message MakeAlternative(size_t index, std::index_sequence<I...>) {
+  Message m;
+  ((index == I ? (m = std::variant_alternative_t<I, Message>{}, true) : false) || ...);
+  return m;
+}
+
+}  // namespace
+
+std::string_view MessageTypeName(MessageType type) {
+  switch (type) {
+    case MessageType::kHello: return "hello";
+    case MessageType::kHelloReply: return "hello-reply";
+    case MessageType::kCreateJob: return "create-job";
+    case MessageType::kJobInfo: return "job-info";
+    case MessageType::kBatchReady: return "batch-ready";
+    case MessageType::kRelease: return "release";
+    case MessageType::kHeartbeat: return "heartbeat";
+    case MessageType::kStatsRequest: return "stats-request";
+    case MessageType::kStatsReply: return "stats-reply";
+    case MessageType::kError: return "error";
+    case MessageType::kEndOfData: return "end-of-data";
+    case MessageType::kBye: return "bye";
+  }
+  return "unknown";
+}
+
+size_t DTypeBytes(DType dtype) {
+  switch (dtype) {
+    case DType::kUint8: return 1;
+    case DType::kFloat16: return 2;
+    case DType::kFloat32: return 4;
+  }
+  return 0;
+}
+
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kUint8: return "uint8";
+    case DType::kFloat16: return "float16";
+    case DType::kFloat32: return "float32";
+  }
+  return "unknown";
+}
+
+std::string_view LayoutName(Layout layout) {
+  switch (layout) {
+    case Layout::kNHWC: return "nhwc";
+    case Layout::kNCHW: return "nchw";
+    case Layout::kRaw: return "raw";
+  }
+  return "unknown";
+}
+
+// Message alternatives are declared in MessageType order, so the type is index + 1.
+MessageType TypeOf(const Message& message) {
+  return static_cast<MessageType>(message.index() + 1);
+}
+static_assert(std::variant_size_v<Message> == kMaxMessageType);
+static_assert(std::is_same_v<std::variant_alternative_t<4, Message>, BatchReady>);
+static_assert(std::is_same_v<std::variant_alternative_t<11, Message>, Bye>);
+
+Result<FrameHeader> DecodeFrameHeader(std::span<const uint8_t> bytes) {
+  if (bytes.size() < kFrameHeaderBytes) {
+    return Status::InvalidArgument(fmt::format("frame header is {} bytes, expected {}",
+                                               bytes.size(), kFrameHeaderBytes));
+  }
+  Reader r(bytes.first(kFrameHeaderBytes));
+  uint32_t magic = r.Int<uint32_t>("magic");
+  uint16_t version = r.Int<uint16_t>("version");
+  uint16_t type = r.Int<uint16_t>("type");
+  uint32_t length = r.Int<uint32_t>("length");
+  if (magic != kFrameMagic) {
+    return Status::InvalidArgument(fmt::format(
+        "bad frame magic 0x{:08x}, expected 0x{:08x}; is the peer a carpool endpoint?", magic,
+        kFrameMagic));
+  }
+  if (version != kProtocolVersion) {
+    return Status::InvalidArgument(fmt::format(
+        "protocol version {} is not supported (this side speaks {}); use matching client and "
+        "server builds",
+        version, kProtocolVersion));
+  }
+  if (type < kMinMessageType || type > kMaxMessageType) {
+    return Status::InvalidArgument(fmt::format("unknown message type {}, expected {}..{}", type,
+                                               kMinMessageType, kMaxMessageType));
+  }
+  if (length > kMaxPayloadBytes) {
+    return Status::InvalidArgument(
+        fmt::format("frame payload of {} bytes exceeds the limit of {}", length, kMaxPayloadBytes));
+  }
+  return FrameHeader{static_cast<MessageType>(type), length};
+}
+
+Result<Message> DecodePayload(MessageType type, std::span<const uint8_t> payload) {
+  auto raw = static_cast<uint16_t>(type);
+  if (raw < kMinMessageType || raw > kMaxMessageType) {
+    return Status::InvalidArgument(fmt::format("unknown message type {}", raw));
+  }
+  if (payload.size() > kMaxPayloadBytes) {
+    return Status::InvalidArgument(fmt::format("payload of {} bytes exceeds the limit of {}",
+                                               payload.size(), kMaxPayloadBytes));
+  }
+  Message message = MakeAlternative(raw - 1u, std::make_index_sequence<kMaxMessageType>{});
+  Reader r(payload);
+  std::visit([&r](auto& m) { Get(r, m); }, message);
+  Status s = r.Finish(type);
+  if (!s.ok()) return s;
+  return message;
+}
+
+Result<Message> DecodeFrame(std::span<const uint8_t> bytes) {
+  auto header = DecodeFrameHeader(bytes);
+  if (!header.ok()) return header.status();
+  if (bytes.size() - kFrameHeaderBytes != header->payload_bytes) {
+    return Status::InvalidArgument(fmt::format("frame declares {} payload bytes but has {}",
+                                               header->payload_bytes,
+                                               bytes.size() - kFrameHeaderBytes));
+  }
+  return DecodePayload(header->type, bytes.subspan(kFrameHeaderBytes));
+}
+
+Result<std::vector<uint8_t>> EncodeFrame(const Message& message) {
+  Writer w;
+  w.Int(kFrameMagic);
+  w.Int(kProtocolVersion);
+  w.Int(static_cast<uint16_t>(TypeOf(message)));
+  w.Int(uint32_t{0});  // length, patched below
+  std::visit([&w](const auto& m) { Put(w, m); }, message);
+  std::vector<uint8_t>& bytes = w.bytes();
+  size_t payload = bytes.size() - kFrameHeaderBytes;
+  if (payload > kMaxPayloadBytes) {
+    return Status::InvalidArgument(fmt::format("{} payload of {} bytes exceeds the limit of {}",
+                                               MessageTypeName(TypeOf(message)), payload,
+                                               kMaxPayloadBytes));
+  }
+  for (size_t i = 0; i < 4; ++i) bytes[8 + i] = static_cast<uint8_t>(payload >> (8 * i));
+  // Refuse to send what the peer would reject: the decoder is the single statement of the limits.
+  Result<Message> check =
+      DecodePayload(TypeOf(message), std::span<const uint8_t>(bytes).subspan(kFrameHeaderBytes));
+  if (!check.ok()) {
+    return Status::InvalidArgument(fmt::format("refusing to send: {}", check.status().message()));
+  }
+  return std::move(bytes);
+}
+
+}  // namespace carpool::protocol

@@ -1,0 +1,179 @@
+// The carpool wire protocol: length-prefixed, versioned, little-endian binary frames between a job
+// (client) and the server. Shared by both sides; it depends on nothing of the server. See
+// docs/protocol.md. Pure functions over bytes: thread-safe.
+//
+// Frame = header (12 bytes) + payload:
+//   u32 magic (kFrameMagic) | u16 version (kProtocolVersion) | u16 type (MessageType) | u32 length
+// Every decoder validates every field (lengths, string sizes, enum ranges, trailing bytes) before
+// use and returns a Status on any violation; it never reads past the span it was given.
+#ifndef CARPOOL_CLIENT_PROTOCOL_H_
+#define CARPOOL_CLIENT_PROTOCOL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "carpool/status.h"
+
+namespace carpool::protocol {
+
+inline constexpr uint32_t kFrameMagic = 0x4C505243;  // "CRPL" as little-endian bytes
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr size_t kFrameHeaderBytes = 12;
+inline constexpr uint32_t kMaxPayloadBytes = 1u << 20;  // 1 MiB; larger frames are rejected
+inline constexpr uint32_t kMaxNameBytes = 256;          // dataset, device, segment names
+inline constexpr uint32_t kMaxTransformBytes = 1024;
+inline constexpr uint32_t kMaxMessageBytes = 64 * 1024;  // error messages, client names
+inline constexpr uint32_t kMaxImageRank = 4;
+
+enum class MessageType : uint16_t {
+  kHello = 1,         // client -> server, first frame of every connection
+  kHelloReply = 2,    // server -> client
+  kCreateJob = 3,     // client -> server
+  kJobInfo = 4,       // server -> client, reply to kCreateJob
+  kBatchReady = 5,    // server -> client, one per published batch slot (uses one credit)
+  kRelease = 6,       // client -> server, returns the slot and its credit
+  kHeartbeat = 7,     // both ways: client sends, server echoes; any frame renews the lease
+  kStatsRequest = 8,  // client -> server
+  kStatsReply = 9,    // server -> client, JSON text
+  kError = 10,        // both ways; from the server after a protocol violation the socket closes
+  kEndOfData = 11,    // server -> client, the job has finished all its epochs
+  kBye = 12,          // client -> server, orderly goodbye: the job is removed
+};
+inline constexpr uint16_t kMinMessageType = 1;
+inline constexpr uint16_t kMaxMessageType = 12;
+
+std::string_view MessageTypeName(MessageType type);
+
+// Per-sample element type and memory layout of the images in a batch.
+enum class DType : uint8_t { kUint8 = 1, kFloat16 = 2, kFloat32 = 3 };
+enum class Layout : uint8_t { kNHWC = 1, kNCHW = 2, kRaw = 3 };  // kRaw: opaque records
+size_t DTypeBytes(DType dtype);
+std::string_view DTypeName(DType dtype);
+std::string_view LayoutName(Layout layout);
+
+struct Hello {
+  uint32_t pid = 0;
+  std::string client_name;
+  bool operator==(const Hello&) const = default;
+};
+
+struct HelloReply {
+  std::string server_instance;
+  uint32_t lease_ms = 0;          // a session silent for this long is closed
+  uint32_t max_payload_bytes = 0;
+  uint32_t max_batch_size = 0;
+  uint32_t max_prefetch = 0;
+  bool operator==(const HelloReply&) const = default;
+};
+
+struct CreateJob {
+  std::string dataset;
+  uint32_t batch_size = 0;
+  uint32_t epochs = 0;
+  std::string transform;
+  std::string device;  // "cpu" or "cuda:N"
+  uint32_t prefetch = 0;  // credits: batches the server may have unreleased at once
+  bool drop_last = false;
+  uint64_t seed = 0;
+  bool operator==(const CreateJob&) const = default;
+};
+
+struct JobInfo {
+  uint64_t job_id = 0;
+  uint64_t dataset_size = 0;
+  uint64_t batches_per_epoch = 0;
+  uint32_t batch_size = 0;
+  uint32_t epochs = 0;
+  std::vector<uint32_t> sample_shape;  // per sample, in `layout` order; 1..kMaxImageRank dims
+  DType dtype = DType::kUint8;
+  Layout layout = Layout::kNHWC;
+  std::string segment_name;  // shared-memory batch slot segment (see batch_slot_layout.h)
+  uint32_t slot_count = 0;
+  uint64_t slot_bytes = 0;
+  bool operator==(const JobInfo&) const = default;
+};
+
+// A published batch. Offsets are relative to the start of the slot's data area; images are
+// sample_count * (bytes of one sample), labels int32 and sample ids uint32, one per sample.
+struct BatchReady {
+  uint64_t job_id = 0;
+  uint32_t slot = 0;
+  uint64_t generation = 0;
+  uint32_t epoch = 0;
+  uint64_t batch_index = 0;  // within the epoch
+  uint32_t sample_count = 0;
+  uint64_t images_offset = 0, images_bytes = 0;
+  uint64_t labels_offset = 0, labels_bytes = 0;
+  uint64_t ids_offset = 0, ids_bytes = 0;
+  uint32_t skipped = 0;  // samples of this batch's range skipped as unreadable
+  bool operator==(const BatchReady&) const = default;
+};
+
+struct Release {
+  uint64_t job_id = 0;
+  uint32_t slot = 0;
+  uint64_t generation = 0;
+  bool operator==(const Release&) const = default;
+};
+
+struct Heartbeat {
+  bool operator==(const Heartbeat&) const = default;
+};
+
+struct StatsRequest {
+  uint64_t job_id = 0;  // 0: server-wide statistics
+  bool operator==(const StatsRequest&) const = default;
+};
+
+struct StatsReply {
+  std::string json;
+  bool operator==(const StatsReply&) const = default;
+};
+
+struct Error {
+  StatusCode code = StatusCode::kInternal;
+  std::string message;
+  bool operator==(const Error&) const = default;
+};
+
+struct EndOfData {
+  uint64_t job_id = 0;
+  uint32_t epochs_completed = 0;
+  bool operator==(const EndOfData&) const = default;
+};
+
+struct Bye {
+  bool operator==(const Bye&) const = default;
+};
+
+using Message = std::variant<Hello, HelloReply, CreateJob, JobInfo, BatchReady, Release, Heartbeat,
+                             StatsRequest, StatsReply, Error, EndOfData, Bye>;
+
+MessageType TypeOf(const Message& message);
+
+struct FrameHeader {
+  MessageType type = MessageType::kHeartbeat;
+  uint32_t payload_bytes = 0;
+};
+
+// Validates magic, version, type range and payload length (<= kMaxPayloadBytes).
+// REQUIRES: bytes.size() >= kFrameHeaderBytes, else InvalidArgument.
+Result<FrameHeader> DecodeFrameHeader(std::span<const uint8_t> bytes);
+
+// Decodes one payload of the given type; the payload must be consumed exactly.
+Result<Message> DecodePayload(MessageType type, std::span<const uint8_t> payload);
+
+// Decodes exactly one whole frame (header + payload, no trailing bytes).
+Result<Message> DecodeFrame(std::span<const uint8_t> bytes);
+
+// Encodes a whole frame. Fails (InvalidArgument) when a field breaks a limit the decoder enforces,
+// so that whatever is sent will decode.
+Result<std::vector<uint8_t>> EncodeFrame(const Message& message);
+
+}  // namespace carpool::protocol
+
+#endif  // CARPOOL_CLIENT_PROTOCOL_H_
