@@ -262,11 +262,20 @@ void SamplingTree::RunRound(std::span<const JobId> participants, std::vector<Ass
     used += c;
     next_node = p + 1;
   }
+  // Two draws of a round can meet by chance (a leaf draw and a later job's draw); report them as
+  // one Assignment, since the sample is shared all the same. Spine draws never meet each other.
+  const size_t first_out = out->size();
   for (const Draw& d : draws_) {
-    Assignment a{d.sample, {}};
-    a.jobs.reserve(d.count);
-    for (uint32_t i = 0; i < d.count; ++i) a.jobs.push_back(jobs_[taker_pos_[d.first + i]].id);
-    out->push_back(std::move(a));
+    Assignment* a = nullptr;
+    for (size_t i = first_out; i < out->size(); ++i) {
+      if ((*out)[i].sample == d.sample) a = &(*out)[i];
+    }
+    if (a == nullptr) {
+      out->push_back(Assignment{d.sample, {}});
+      a = &out->back();
+      a->jobs.reserve(d.count);
+    }
+    for (uint32_t i = 0; i < d.count; ++i) a->jobs.push_back(jobs_[taker_pos_[d.first + i]].id);
     ApplyDraw(d);
   }
   Resort();

@@ -29,7 +29,8 @@ namespace carpool {
 using JobId = uint32_t;
 using SampleId = uint32_t;
 
-// One sample of a round and the jobs that share it (ascending by tree position).
+// One sample of a round and the jobs that share it. Each job appears in at most one Assignment
+// of a round, and no two Assignments of a round have the same sample.
 struct Assignment {
   SampleId sample;
   std::vector<JobId> jobs;
@@ -58,7 +59,7 @@ class SamplingTree {
   // Runs one DSA round over `participants`: any subset of the jobs, in any order. Unknown ids,
   // duplicates and jobs whose R is empty are skipped. Each remaining participant is assigned
   // exactly one sample of its R, uniformly at random; the samples are removed from the R's and
-  // the tree re-sorted. Appends one Assignment per distinct sample drawn to `out`.
+  // the tree re-sorted. Appends one Assignment per distinct sample of the round to `out`.
   // Cost: O(n) node operations plus O(n) per assigned sample, plus one adjacent swap (O(1) node
   // operations) per pair of jobs whose order changed.
   void RunRound(std::span<const JobId> participants, std::vector<Assignment>* out);

@@ -57,7 +57,9 @@ class Mirror {
     std::vector<Assignment> out;
     tree_->RunRound(participants, &out);
     std::map<JobId, int> got;
+    std::set<SampleId> samples;
     for (const Assignment& a : out) {
+      ASSERT_TRUE(samples.insert(a.sample).second) << "sample " << a.sample << " listed twice";
       for (JobId j : a.jobs) {
         ++got[j];
         ASSERT_TRUE(r_.count(j)) << "assignment to unknown job " << j;
