@@ -1,0 +1,105 @@
+// The catalog: a SQLite database (<state_dir>/catalog.db, WAL mode, schema version in
+// user_version) of samples with global 32-bit ids, and of named datasets, each a portable roaring
+// bitmap of sample ids. The same source item (canonical path, record) always has the same id, in
+// every dataset, which is what makes datasets overlap. Sample rows are never deleted, so ids stay
+// stable across `rm` and re-registration.
+//
+// Thread-compatible: callers serialize access to one Catalog. Several processes may open the same
+// catalog; a writer holds SQLite's write lock for the duration of one registration.
+#ifndef CARPOOL_DATASETS_CATALOG_H_
+#define CARPOOL_DATASETS_CATALOG_H_
+
+#include <roaring/roaring.hh>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "carpool/status.h"
+#include "datasets/source.h"
+
+namespace carpool {
+
+class SqliteDb;
+
+inline constexpr int kCatalogSchemaVersion = 1;
+
+struct SampleRecord {
+  uint32_t id = 0;
+  std::string source;         // "file" or "idx"
+  std::string path;           // canonical absolute path of the file (or of the IDX file)
+  int64_t record_index = -1;  // record of an IDX file; -1 for files
+  uint64_t size = 0;          // bytes of the file or record, when registered
+  int32_t label = -1;         // index into the registering dataset's classes; -1 unlabelled
+};
+
+struct DatasetInfo {
+  std::string name;
+  Roaring ids;
+  std::string prepare_spec;
+  std::vector<std::string> classes;
+  std::string source_desc;
+  int64_t created_unix = 0;
+};
+
+// What a new dataset is called and how it is described; its ids come separately.
+struct DatasetMeta {
+  std::string name;
+  std::string prepare_spec;
+  std::vector<std::string> classes;
+  std::string source_desc;
+};
+
+struct RegisterReport {
+  DatasetInfo info;
+  uint64_t new_samples = 0;      // ids created by this registration
+  uint64_t duplicates = 0;       // entries naming a sample already listed earlier in the source
+  uint64_t label_conflicts = 0;  // known samples whose stored label differs (the stored one stays)
+};
+
+// Letters, digits, '.', '_' and '-', at most 128 characters, not starting with '-' or '.'.
+Status ValidateDatasetName(std::string_view name);
+
+class Catalog {
+ public:
+  // Opens or creates <state_dir>/catalog.db. Fails on a schema newer than this build.
+  static Result<std::unique_ptr<Catalog>> Open(const std::filesystem::path& state_dir);
+  ~Catalog();
+  Catalog(const Catalog&) = delete;
+  Catalog& operator=(const Catalog&) = delete;
+
+  // NotFound names the dataset and lists the known ones.
+  Result<DatasetInfo> GetDataset(std::string_view name) const;
+  Result<std::vector<std::string>> ListDatasets() const;  // sorted
+  // The records of `ids` in ascending id order. NotFound if an id is not in the catalog.
+  Result<std::vector<SampleRecord>> GetSamples(const Roaring& ids) const;
+  Result<uint64_t> SampleCount() const;
+
+  // OK when `name` is valid and unused, or used and `replace` is set; AlreadyExists otherwise.
+  Status CheckNewName(std::string_view name, bool replace) const;
+
+  // Inserts the scanned samples (reusing the ids of known ones) and the dataset, in one
+  // transaction: on any failure, or if the process dies, the catalog is unchanged. New ids are
+  // given in (directory, name, record) order. Fails with InvalidArgument if no samples remain.
+  Result<RegisterReport> Register(const DatasetMeta& meta, const SourceScan& scan, bool replace,
+                                  const ProgressFn& progress = nullptr);
+
+  // Stores a dataset of existing sample ids (a derived dataset), in one transaction.
+  Result<DatasetInfo> AddDataset(const DatasetMeta& meta, const Roaring& ids, bool replace);
+
+  // Removes the dataset (its samples keep their ids). NotFound if absent.
+  Status RemoveDataset(std::string_view name);
+
+ private:
+  explicit Catalog(std::unique_ptr<SqliteDb> db);
+  Status InsertDataset(const DatasetMeta& meta, const Roaring& ids, bool replace, int64_t now);
+
+  std::unique_ptr<SqliteDb> db_;
+};
+
+}  // namespace carpool
+
+#endif  // CARPOOL_DATASETS_CATALOG_H_

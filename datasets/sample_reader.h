@@ -1,0 +1,45 @@
+// Reads the raw bytes of one sample: the whole file for a "file" sample, the record's bytes for an
+// "idx" sample. Thread-safe: SampleReader may be shared by any number of preparation workers.
+#ifndef CARPOOL_DATASETS_SAMPLE_READER_H_
+#define CARPOOL_DATASETS_SAMPLE_READER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "carpool/status.h"
+#include "datasets/catalog.h"
+
+namespace carpool {
+
+class SampleReader {
+ public:
+  SampleReader() = default;
+  SampleReader(const SampleReader&) = delete;
+  SampleReader& operator=(const SampleReader&) = delete;
+
+  // NotFound/IOError for a missing or unreadable file, Corruption for a bad IDX file or a record
+  // index past its end. An IDX file is read (and gunzipped) once, on first use, and kept in
+  // memory for the reader's lifetime.
+  Result<std::vector<uint8_t>> Read(const SampleRecord& sample);
+
+ private:
+  struct IdxFile;
+  Result<std::shared_ptr<const IdxFile>> OpenIdx(const std::string& path);
+
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<IdxFile>> idx_files_;  // GUARDED_BY(mu_)
+};
+
+// Reads through a process-wide SampleReader.
+Result<std::vector<uint8_t>> ReadSample(const SampleRecord& sample);
+
+// The whole content of a regular file.
+Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path);
+
+}  // namespace carpool
+
+#endif  // CARPOOL_DATASETS_SAMPLE_READER_H_
