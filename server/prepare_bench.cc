@@ -1,0 +1,165 @@
+// Preparation and transform throughput on one thread, each against a baseline in the same run:
+//  - prepare (reduced-resolution JPEG decode when it applies) vs full decode + INTER_AREA resize;
+//  - the one-pass transform vs the same steps done as separate OpenCV passes.
+// Usage: carpool_prepare_bench [images=64] [min_seconds_per_case=1.0]
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+#include <random>
+#include <vector>
+
+#include "server/prepare.h"
+#include "server/transform.h"
+
+namespace carpool {
+namespace {
+
+// 500x375 photo-like JPEG at quality 90: gradients, hard-edged shapes and noise.
+std::vector<uint8_t> MakeJpeg(uint32_t seed) {
+  constexpr int kWidth = 500;
+  constexpr int kHeight = 375;
+  cv::Mat image(kHeight, kWidth, CV_8UC3);
+  std::mt19937 rng(seed);
+  const double phase = rng() % 100;
+  for (int y = 0; y < kHeight; ++y) {
+    for (int x = 0; x < kWidth; ++x) {
+      image.at<cv::Vec3b>(y, x) =
+          cv::Vec3b(static_cast<uint8_t>(255 * x / kWidth), static_cast<uint8_t>(255 * y / kHeight),
+                    static_cast<uint8_t>(128 + 100 * std::sin((x + phase) * 0.05)));
+    }
+  }
+  for (int i = 0; i < 20; ++i) {
+    const cv::Point a(static_cast<int>(rng() % kWidth), static_cast<int>(rng() % kHeight));
+    const cv::Scalar color(rng() % 256, rng() % 256, rng() % 256);
+    cv::ellipse(image, a, cv::Size(10 + rng() % 60, 10 + rng() % 40), rng() % 180, 0, 360, color,
+                cv::FILLED, cv::LINE_AA);
+  }
+  cv::Mat noise(kHeight, kWidth, CV_8UC3);
+  cv::theRNG().state = seed;
+  cv::randn(noise, cv::Scalar::all(0), cv::Scalar::all(8));
+  cv::add(image, noise, image);
+  std::vector<uint8_t> out;
+  cv::imencode(".jpg", image, out, {cv::IMWRITE_JPEG_QUALITY, 90});
+  return out;
+}
+
+// Calls op(i) for i = 0, 1, ... over the inputs until min_seconds have passed; items per second.
+double Rate(size_t inputs, double min_seconds, const std::function<void(size_t)>& op) {
+  using Clock = std::chrono::steady_clock;
+  for (size_t i = 0; i < inputs; ++i) op(i);  // warm-up pass
+  size_t done = 0;
+  const auto start = Clock::now();
+  double elapsed = 0;
+  while (elapsed < min_seconds) {
+    for (size_t i = 0; i < inputs; ++i) op(i);
+    done += inputs;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  return static_cast<double>(done) / elapsed;
+}
+
+// The baseline preparation: full-resolution decode, INTER_AREA resize, crop, BGR -> RGB.
+void FullDecodePrepare(const std::vector<uint8_t>& jpeg, const PrepareSpec& spec, uint8_t* dst) {
+  cv::Mat image = cv::imdecode(jpeg, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
+  const double scale = static_cast<double>(spec.resize) / std::min(image.cols, image.rows);
+  cv::Mat resized;
+  cv::resize(image, resized,
+             cv::Size(static_cast<int>(std::lround(image.cols * scale)),
+                      static_cast<int>(std::lround(image.rows * scale))),
+             0, 0, cv::INTER_AREA);
+  cv::Mat out(spec.crop, spec.crop, CV_8UC3, dst);
+  cv::cvtColor(resized(cv::Rect((resized.cols - spec.crop) / 2, (resized.rows - spec.crop) / 2,
+                                spec.crop, spec.crop)),
+               out, cv::COLOR_BGR2RGB);
+}
+
+// The baseline transform: the same steps as separate OpenCV passes (crop view, flip, convert,
+// normalize per channel, split into planes).
+void MultiPassTransform(const TransformSpec& spec, const PreparedView& src, uint64_t seed,
+                        float* dst) {
+  const CropWindow w = DrawCropWindow(spec, src.shape, seed);
+  const cv::Mat image(src.shape.height, src.shape.width, CV_8UC3, const_cast<uint8_t*>(src.data));
+  cv::Mat window = image(cv::Rect(w.x, w.y, w.width, w.height));
+  cv::Mat flipped;
+  if (w.flip) {
+    cv::flip(window, flipped, 1);
+  } else {
+    flipped = window;
+  }
+  cv::Mat unit;
+  flipped.convertTo(unit, CV_32FC3, 1.0 / 255);
+  unit = (unit - cv::Scalar(spec.mean[0], spec.mean[1], spec.mean[2])) /
+         cv::Scalar(spec.std[0], spec.std[1], spec.std[2]);
+  std::vector<cv::Mat> planes;
+  for (int c = 0; c < 3; ++c) planes.emplace_back(w.height, w.width, CV_32F, dst + c * w.height * w.width);
+  cv::split(unit, planes);
+}
+
+int Main(int argc, char** argv) {
+  const size_t count = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 64;
+  const double min_seconds = argc > 2 ? std::strtod(argv[2], nullptr) : 1.0;
+  cv::setNumThreads(1);  // per-worker figures: the server runs one decode per worker thread
+  std::vector<std::vector<uint8_t>> jpegs;
+  size_t total_bytes = 0;
+  for (size_t i = 0; i < count; ++i) {
+    jpegs.push_back(MakeJpeg(static_cast<uint32_t>(i + 1)));
+    total_bytes += jpegs.back().size();
+  }
+  fmt::print("{} JPEGs of 500x375, quality 90, mean {:.1f} KiB; one thread, >= {} s per case\n\n",
+             count, total_bytes / 1024.0 / count, min_seconds);
+
+  fmt::print("| target | JPEG reduction | full decode + resize (img/s) | carpool prepare (img/s) | speedup |\n");
+  fmt::print("|---|---|---|---|---|\n");
+  for (int side : {256, 128, 64}) {
+    PrepareSpec spec;
+    spec.resize = spec.crop = side;
+    std::vector<uint8_t> dst(static_cast<size_t>(side) * side * 3);
+    const double base = Rate(jpegs.size(), min_seconds,
+                             [&](size_t i) { FullDecodePrepare(jpegs[i], spec, dst.data()); });
+    const double ours = Rate(jpegs.size(), min_seconds, [&](size_t i) {
+      if (!PrepareInto(spec, jpegs[i], dst).ok()) std::abort();
+    });
+    fmt::print("| resize={0},crop={0} | 1/{1} | {2:.0f} | {3:.0f} | {4:.2f}x |\n", side,
+               ReducedDecodeFactor(spec, 500, 375), base, ours, ours / base);
+  }
+
+  PrepareSpec spec256;
+  spec256.resize = spec256.crop = 256;
+  std::vector<PreparedImage> prepared;
+  for (const auto& jpeg : jpegs) prepared.push_back(*PrepareSample(spec256, jpeg));
+  fmt::print("\n| transform (256x256x3 in) | multi-pass OpenCV (img/s) | carpool one pass (img/s) | speedup |\n");
+  fmt::print("|---|---|---|---|\n");
+  for (const char* text : {"random_crop(224)|flip|normalize(imagenet)|float32|nchw",
+                           "random_crop(224)|flip|normalize(imagenet)|float16|nchw",
+                           "random_crop(224)|flip|uint8|nhwc"}) {
+    const TransformSpec spec = *ParseTransformSpec(text);
+    std::vector<float> out(3 * 224 * 224);
+    uint64_t seed = 0;
+    double base = 0;
+    if (spec.dtype == DType::kFloat32) {
+      base = Rate(prepared.size(), min_seconds, [&](size_t i) {
+        MultiPassTransform(spec, prepared[i].view(), ++seed, out.data());
+      });
+    }
+    const double ours = Rate(prepared.size(), min_seconds, [&](size_t i) {
+      if (!ApplyTransform(spec, prepared[i].view(), ++seed, out.data()).ok()) std::abort();
+    });
+    if (base > 0) {
+      fmt::print("| {} | {:.0f} | {:.0f} | {:.2f}x |\n", text, base, ours, ours / base);
+    } else {
+      fmt::print("| {} | - | {:.0f} | - |\n", text, ours);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace carpool
+
+int main(int argc, char** argv) { return carpool::Main(argc, argv); }
