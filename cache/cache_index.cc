@@ -1,0 +1,250 @@
+#include "cache/cache_index.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+namespace carpool::cache {
+
+Result<EvictionPolicy> ParseEvictionPolicy(std::string_view name) {
+  if (name == "refcnt") return EvictionPolicy::kRefCnt;
+  if (name == "next-use") return EvictionPolicy::kNextUse;
+  if (name == "lru") return EvictionPolicy::kLru;
+  return Status::InvalidArgument(
+      fmt::format("eviction policy \"{}\" is unknown (known: refcnt, next-use, lru); pass one of "
+                  "those to --policy",
+                  name));
+}
+
+std::string_view EvictionPolicyName(EvictionPolicy policy) {
+  switch (policy) {
+    case EvictionPolicy::kRefCnt: return "refcnt";
+    case EvictionPolicy::kNextUse: return "next-use";
+    case EvictionPolicy::kLru: return "lru";
+  }
+  return "unknown";
+}
+
+CacheIndex::CacheIndex(const Options& options, const NextUseOracle* oracle)
+    : options_(options), oracle_(oracle) {
+  assert((options.policy != EvictionPolicy::kNextUse || oracle != nullptr) &&
+         "the next-use policy needs a NextUseOracle");
+}
+
+void CacheIndex::Grow(uint32_t sample) {
+  if (sample < refcount_.size()) return;
+  size_t size = std::max<size_t>(static_cast<size_t>(sample) + 1, refcount_.size() * 3 / 2);
+  refcount_.resize(size, 0);
+  node_of_.resize(size, kNone);
+}
+
+int32_t CacheIndex::NodeOf(uint32_t sample) const {
+  return sample < node_of_.size() ? node_of_[sample] : kNone;
+}
+
+CacheIndex::Key CacheIndex::KeyOf(int32_t node) const {
+  const Node& n = nodes_[node];
+  return Key{refcount_[n.sample], n.seq, node};
+}
+
+void CacheIndex::Track(int32_t node) {
+  if (options_.policy != EvictionPolicy::kLru) {
+    order_.insert(KeyOf(node));
+    return;
+  }
+  Node& n = nodes_[node];
+  n.prev = lru_tail_;
+  n.next = kNone;
+  if (lru_tail_ != kNone) nodes_[lru_tail_].next = node;
+  lru_tail_ = node;
+  if (lru_head_ == kNone) lru_head_ = node;
+}
+
+void CacheIndex::Untrack(int32_t node) {
+  if (options_.policy != EvictionPolicy::kLru) {
+    order_.erase(KeyOf(node));
+    return;
+  }
+  Node& n = nodes_[node];
+  if (n.prev != kNone) nodes_[n.prev].next = n.next;
+  else lru_head_ = n.next;
+  if (n.next != kNone) nodes_[n.next].prev = n.prev;
+  else lru_tail_ = n.prev;
+  n.prev = n.next = kNone;
+}
+
+bool CacheIndex::AddRef(uint32_t sample, int64_t delta) {
+  Grow(sample);
+  int64_t want = static_cast<int64_t>(refcount_[sample]) + delta;
+  bool ok = want >= 0 && want <= std::numeric_limits<uint32_t>::max();
+  SetRefCount(sample, static_cast<uint32_t>(
+                          std::clamp<int64_t>(want, 0, std::numeric_limits<uint32_t>::max())));
+  return ok;
+}
+
+void CacheIndex::SetRefCount(uint32_t sample, uint32_t count) {
+  Grow(sample);
+  int32_t node = node_of_[sample];
+  // Re-key a tracked entry; the lru list does not depend on counts.
+  bool rekey = node != kNone && nodes_[node].entry.pins == 0 &&
+               options_.policy != EvictionPolicy::kLru && refcount_[sample] != count;
+  if (rekey) order_.erase(KeyOf(node));
+  refcount_[sample] = count;
+  if (rekey) order_.insert(KeyOf(node));
+}
+
+uint32_t CacheIndex::RefCount(uint32_t sample) const {
+  return sample < refcount_.size() ? refcount_[sample] : 0;
+}
+
+std::optional<CacheIndex::Entry> CacheIndex::Lookup(uint32_t sample) {
+  int32_t node = NodeOf(sample);
+  if (node == kNone) {
+    ++misses_;
+    return std::nullopt;
+  }
+  ++hits_;
+  if (options_.policy == EvictionPolicy::kLru && nodes_[node].entry.pins == 0) {
+    Untrack(node);
+    Track(node);
+  }
+  return nodes_[node].entry;
+}
+
+const CacheIndex::Entry* CacheIndex::Find(uint32_t sample) const {
+  int32_t node = NodeOf(sample);
+  return node == kNone ? nullptr : &nodes_[node].entry;
+}
+
+Status CacheIndex::Insert(uint32_t sample, uint64_t slot, uint64_t bytes) {
+  if (bytes == 0) return Status::InvalidArgument(fmt::format("sample {}: 0 bytes", sample));
+  if (NodeOf(sample) != kNone) {
+    return Status::AlreadyExists(fmt::format("sample {} is already cached", sample));
+  }
+  if (bytes > bytes_free()) {
+    return Status::ResourceExhausted(
+        fmt::format("sample {} needs {} bytes but {} of {} are free; call MakeRoom first", sample,
+                    bytes, bytes_free(), options_.capacity_bytes));
+  }
+  Grow(sample);
+  int32_t node;
+  if (!free_nodes_.empty()) {
+    node = free_nodes_.back();
+    free_nodes_.pop_back();
+  } else {
+    node = static_cast<int32_t>(nodes_.size());
+    nodes_.emplace_back();
+  }
+  nodes_[node] = Node{sample, Entry{slot, bytes, 0}, next_seq_++, kNone, kNone};
+  node_of_[sample] = node;
+  Track(node);
+  bytes_used_ += bytes;
+  ++entries_;
+  ++insertions_;
+  return Status::OK();
+}
+
+std::optional<uint32_t> CacheIndex::PickVictim() const {
+  if (options_.policy == EvictionPolicy::kLru) {
+    if (lru_head_ == kNone) return std::nullopt;
+    return nodes_[lru_head_].sample;
+  }
+  if (order_.empty()) return std::nullopt;
+  auto it = order_.begin();
+  if (options_.policy == EvictionPolicy::kRefCnt) return nodes_[it->node].sample;
+  // next-use: scan the lowest-count bucket oldest first; strictly later wins, so ties keep the
+  // oldest. +infinity cannot be beaten, so the scan stops there.
+  const uint32_t lowest = it->refcount;
+  uint32_t best = nodes_[it->node].sample;
+  double best_use = -std::numeric_limits<double>::infinity();
+  size_t scanned = 0;
+  for (; it != order_.end() && it->refcount == lowest; ++it) {
+    uint32_t sample = nodes_[it->node].sample;
+    double use = oracle_->NextUse(sample);
+    if (use > best_use) {
+      best_use = use;
+      best = sample;
+    }
+    if (std::isinf(use) && use > 0) break;
+    if (++scanned == options_.next_use_scan_limit) break;
+  }
+  return best;
+}
+
+Result<CacheIndex::Entry> CacheIndex::Erase(uint32_t sample, bool count_eviction) {
+  int32_t node = NodeOf(sample);
+  if (node == kNone) return Status::NotFound(fmt::format("sample {} is not cached", sample));
+  Entry entry = nodes_[node].entry;
+  if (count_eviction && entry.pins > 0) {
+    return Status::FailedPrecondition(
+        fmt::format("sample {} is pinned {} time(s) and cannot be evicted", sample, entry.pins));
+  }
+  if (entry.pins == 0) Untrack(node);
+  else bytes_pinned_ -= entry.bytes;
+  node_of_[sample] = kNone;
+  free_nodes_.push_back(node);
+  bytes_used_ -= entry.bytes;
+  --entries_;
+  if (count_eviction) ++evictions_;
+  return entry;
+}
+
+Result<CacheIndex::Entry> CacheIndex::Evict(uint32_t sample) { return Erase(sample, true); }
+
+Result<CacheIndex::Entry> CacheIndex::Remove(uint32_t sample) { return Erase(sample, false); }
+
+Status CacheIndex::MakeRoom(uint64_t bytes, std::vector<Evicted>* evicted) {
+  if (bytes > options_.capacity_bytes - bytes_pinned_) {
+    return Status::ResourceExhausted(fmt::format(
+        "cannot make room for {} bytes: capacity {} bytes, {} bytes pinned; release batches or "
+        "raise --cache-size",
+        bytes, options_.capacity_bytes, bytes_pinned_));
+  }
+  while (bytes > bytes_free()) {
+    std::optional<uint32_t> victim = PickVictim();
+    assert(victim.has_value() && "unpinned bytes exist, so a victim must");
+    Result<Entry> entry = Evict(*victim);
+    assert(entry.ok());
+    evicted->push_back(Evicted{*victim, *entry});
+  }
+  return Status::OK();
+}
+
+Status CacheIndex::Pin(uint32_t sample) {
+  int32_t node = NodeOf(sample);
+  if (node == kNone) {
+    return Status::NotFound(fmt::format("cannot pin sample {}: it is not cached", sample));
+  }
+  Entry& e = nodes_[node].entry;
+  if (e.pins++ == 0) {
+    Untrack(node);
+    bytes_pinned_ += e.bytes;
+  }
+  return Status::OK();
+}
+
+Status CacheIndex::Unpin(uint32_t sample) {
+  int32_t node = NodeOf(sample);
+  if (node == kNone) {
+    return Status::NotFound(fmt::format("cannot unpin sample {}: it is not cached", sample));
+  }
+  Entry& e = nodes_[node].entry;
+  if (e.pins == 0) {
+    return Status::FailedPrecondition(fmt::format("sample {} is not pinned", sample));
+  }
+  if (--e.pins == 0) {
+    Track(node);
+    bytes_pinned_ -= e.bytes;
+  }
+  return Status::OK();
+}
+
+IndexStats CacheIndex::stats() const {
+  return IndexStats{hits_,        misses_,       insertions_, evictions_,
+                    bytes_used_,  bytes_pinned_, entries_,    options_.capacity_bytes};
+}
+
+}  // namespace carpool::cache

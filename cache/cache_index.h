@@ -1,0 +1,152 @@
+// CacheIndex: the server-side sample id -> slot index with reference counts, pins and the eviction
+// policies refcnt, next-use and lru. Pure computation: no shared memory, no clock, no threads, so
+// the server (through SampleCache) and `carpool sim` run the same code.
+// Thread-compatible: callers serialize access (SampleCache holds its mutex around every call).
+#ifndef CARPOOL_CACHE_CACHE_INDEX_H_
+#define CARPOOL_CACHE_CACHE_INDEX_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <vector>
+
+#include "carpool/status.h"
+
+namespace carpool::cache {
+
+enum class EvictionPolicy {
+  kRefCnt,   // lowest reference count first, ties by oldest insertion (the Joader paper)
+  kNextUse,  // among the lowest reference counts, the furthest next use (NextUseOracle)
+  kLru,      // least recently inserted, looked up or unpinned first (the baseline)
+};
+
+// "refcnt" | "next-use" | "lru"; the error names the known policies.
+Result<EvictionPolicy> ParseEvictionPolicy(std::string_view name);
+std::string_view EvictionPolicyName(EvictionPolicy policy);
+
+// Tells the next-use policy when a sample will next be needed, in any unit in which larger means
+// later (the scheduler uses seconds from now, judged by the jobs' rates). A sample that no decided
+// queue holds (only in R sets, or nowhere) returns +infinity. Called only while choosing a victim.
+class NextUseOracle {
+ public:
+  virtual ~NextUseOracle() = default;
+  virtual double NextUse(uint32_t sample) const = 0;
+};
+
+struct IndexStats {
+  uint64_t hits = 0;        // Lookup found the sample
+  uint64_t misses = 0;      // Lookup did not
+  uint64_t insertions = 0;  // successful Insert
+  uint64_t evictions = 0;   // Evict (explicit Remove is not counted)
+  uint64_t bytes_used = 0;
+  uint64_t bytes_pinned = 0;
+  uint64_t entries = 0;
+  uint64_t capacity_bytes = 0;
+};
+
+class CacheIndex {
+ public:
+  // What the index knows about a cached sample. `slot` is opaque to the index (SampleCache stores
+  // the segment offset; the simulator may store anything).
+  struct Entry {
+    uint64_t slot = 0;
+    uint64_t bytes = 0;
+    uint32_t pins = 0;
+  };
+  struct Evicted {
+    uint32_t sample = 0;
+    Entry entry;
+  };
+  struct Options {
+    EvictionPolicy policy = EvictionPolicy::kRefCnt;
+    uint64_t capacity_bytes = 0;  // 0: nothing can be inserted; every Lookup misses
+    // next-use only: how many entries of the lowest-refcount bucket (oldest first) are asked for
+    // their next use per victim choice; the scan also stops at the first +infinity. 0 = unbounded.
+    size_t next_use_scan_limit = 0;
+  };
+
+  // REQUIRES: `oracle` outlives the index; it must be non-null for kNextUse.
+  explicit CacheIndex(const Options& options, const NextUseOracle* oracle = nullptr);
+  CacheIndex(const CacheIndex&) = delete;
+  CacheIndex& operator=(const CacheIndex&) = delete;
+
+  // Reference counts are kept for every sample id, cached or not (a flat vector grown on demand).
+  // A count never goes below zero: a negative delta that would is clamped and returns false.
+  bool AddRef(uint32_t sample, int64_t delta);
+  void SetRefCount(uint32_t sample, uint32_t count);
+  uint32_t RefCount(uint32_t sample) const;
+
+  // Counts a hit or a miss; a hit refreshes the sample's lru position.
+  std::optional<Entry> Lookup(uint32_t sample);
+  // No counting, no lru refresh.
+  const Entry* Find(uint32_t sample) const;
+
+  // Inserts an unpinned entry. AlreadyExists if cached; ResourceExhausted if it does not fit in
+  // the free bytes (call MakeRoom first); InvalidArgument for 0 bytes.
+  Status Insert(uint32_t sample, uint64_t slot, uint64_t bytes);
+  // The entry the policy would evict next, or nullopt when every entry is pinned (or none).
+  std::optional<uint32_t> PickVictim() const;
+  // Removes an unpinned entry and counts an eviction. NotFound / FailedPrecondition (pinned).
+  Result<Entry> Evict(uint32_t sample);
+  // Removes an entry, pinned or not, without counting an eviction (aborted preparation).
+  Result<Entry> Remove(uint32_t sample);
+  // Evicts by policy until `bytes` more fit. Fails with ResourceExhausted, evicting nothing, when
+  // even evicting every unpinned entry would not make room. Evictions are appended to `evicted`.
+  Status MakeRoom(uint64_t bytes, std::vector<Evicted>* evicted);
+
+  // Pinned entries are never chosen as victims. Pins nest. NotFound if not cached;
+  // FailedPrecondition on Unpin of an unpinned entry.
+  Status Pin(uint32_t sample);
+  Status Unpin(uint32_t sample);
+
+  IndexStats stats() const;
+  EvictionPolicy policy() const { return options_.policy; }
+  uint64_t capacity_bytes() const { return options_.capacity_bytes; }
+  uint64_t bytes_free() const { return options_.capacity_bytes - bytes_used_; }
+
+ private:
+  static constexpr int32_t kNone = -1;
+  struct Node {  // one cached sample, in a pool indexed by node id
+    uint32_t sample = 0;
+    Entry entry;
+    uint64_t seq = 0;      // insertion order (refcnt/next-use ties)
+    int32_t prev = kNone;  // lru list links; unused for the other policies
+    int32_t next = kNone;
+  };
+  // Eviction order for refcnt and next-use: (refcount, insertion seq). Only unpinned entries.
+  struct Key {
+    uint32_t refcount;
+    uint64_t seq;
+    int32_t node;
+    auto operator<=>(const Key&) const = default;
+  };
+
+  void Grow(uint32_t sample);
+  int32_t NodeOf(uint32_t sample) const;
+  // Enter/leave the eviction structure (unpinned entries only).
+  void Track(int32_t node);
+  void Untrack(int32_t node);
+  Result<Entry> Erase(uint32_t sample, bool count_eviction);
+  Key KeyOf(int32_t node) const;
+
+  Options options_;
+  const NextUseOracle* oracle_;
+  std::vector<uint32_t> refcount_;  // by sample id
+  std::vector<int32_t> node_of_;    // by sample id; kNone when not cached
+  std::vector<Node> nodes_;
+  std::vector<int32_t> free_nodes_;
+  std::set<Key> order_;           // refcnt, next-use
+  int32_t lru_head_ = kNone;      // least recent
+  int32_t lru_tail_ = kNone;      // most recent
+  uint64_t next_seq_ = 0;
+  uint64_t bytes_used_ = 0;
+  uint64_t bytes_pinned_ = 0;
+  uint64_t entries_ = 0;
+  uint64_t hits_ = 0, misses_ = 0, insertions_ = 0, evictions_ = 0;
+};
+
+}  // namespace carpool::cache
+
+#endif  // CARPOOL_CACHE_CACHE_INDEX_H_

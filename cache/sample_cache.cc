@@ -1,0 +1,220 @@
+#include "cache/sample_cache.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+
+namespace carpool::cache {
+
+namespace {
+
+uint64_t AutoPageBytes(uint64_t capacity) {
+  uint64_t target = std::bit_floor(std::max<uint64_t>(capacity / 1024, 1));
+  return std::clamp<uint64_t>(target, uint64_t{64} << 10, uint64_t{4} << 20);
+}
+
+}  // namespace
+
+SampleCache::SampleCache(const CacheIndex::Options& index_options, const NextUseOracle* oracle)
+    : index_(index_options, oracle) {}
+
+SampleCache::~SampleCache() = default;
+
+Result<std::unique_ptr<SampleCache>> SampleCache::Create(const CacheOptions& options,
+                                                         const NextUseOracle* oracle) {
+  if (options.policy == EvictionPolicy::kNextUse && oracle == nullptr) {
+    return Status::InvalidArgument("the next-use policy needs a NextUseOracle; pass the scheduler");
+  }
+  CacheIndex::Options index_options{options.policy, 0, options.next_use_scan_limit};
+  if (options.capacity_bytes == 0) {
+    return std::unique_ptr<SampleCache>(new SampleCache(index_options, oracle));
+  }
+  Result<std::string> name = SegmentName(options.instance);
+  if (!name.ok()) return name.status();
+  uint64_t page = options.page_bytes != 0 ? options.page_bytes
+                                          : AutoPageBytes(options.capacity_bytes);
+  if (!std::has_single_bit(page) || page < 4096) {
+    return Status::InvalidArgument(
+        fmt::format("cache page size {} is not a power of two >= 4096", page));
+  }
+  Result<std::unique_ptr<Segment>> segment =
+      Segment::Create({*name, options.capacity_bytes, page, options.mode});
+  if (!segment.ok()) return segment.status();
+  index_options.capacity_bytes = (*segment)->data_bytes();
+  std::unique_ptr<SampleCache> cache(new SampleCache(index_options, oracle));
+  cache->allocator_ = std::make_unique<SlotAllocator>((*segment)->data_bytes(), page);
+  cache->segment_ = std::move(*segment);
+  cache->segment_name_ = *name;
+  return cache;
+}
+
+uint64_t SampleCache::NextGeneration(bool committed) {
+  ++generation_;
+  if ((generation_ % 2 == 0) != committed) ++generation_;
+  return generation_;
+}
+
+void SampleCache::FreeSlot(uint64_t offset) {
+  payload_bytes_ -= segment_->RefAt(offset).bytes;
+  segment_->Retire(offset, NextGeneration(false));
+  allocator_->Free(offset - segment_->data_offset());
+}
+
+void SampleCache::FreeEvicted(const std::vector<CacheIndex::Evicted>& evicted) {
+  for (const CacheIndex::Evicted& e : evicted) FreeSlot(e.entry.slot);
+}
+
+std::optional<SlotRef> SampleCache::Lookup(uint32_t sample) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pending_.count(sample) > 0) return std::nullopt;
+  std::optional<CacheIndex::Entry> entry = index_.Lookup(sample);
+  if (!entry) return std::nullopt;
+  return segment_->RefAt(entry->slot);
+}
+
+bool SampleCache::Pending(uint32_t sample) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_.count(sample) > 0;
+}
+
+Result<SampleCache::Allocation> SampleCache::Allocate(uint32_t sample, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!segment_) {
+    return Status::ResourceExhausted(fmt::format(
+        "cannot cache sample {}: the cache is disabled (--cache-size 0); prepare it into a "
+        "transient buffer",
+        sample));
+  }
+  if (bytes == 0) return Status::InvalidArgument(fmt::format("sample {}: 0 bytes", sample));
+  if (index_.Find(sample) != nullptr) {
+    return Status::AlreadyExists(fmt::format("sample {} is already cached or pending", sample));
+  }
+  const uint64_t slot_bytes = bytes + kSlotHeaderBytes;
+  const uint64_t block_bytes = allocator_->BlockBytes(slot_bytes);
+  if (block_bytes > index_.capacity_bytes()) {
+    return Status::ResourceExhausted(
+        fmt::format("sample {} needs a {}-byte slot but the cache holds {} bytes; raise "
+                    "--cache-size",
+                    sample, block_bytes, index_.capacity_bytes()));
+  }
+  std::vector<CacheIndex::Evicted> evicted;
+  Status room = index_.MakeRoom(block_bytes, &evicted);
+  FreeEvicted(evicted);
+  if (!room.ok()) return room;
+  // The bytes fit; the pages may still be split among other classes. Evict on by policy until
+  // some slab frees up. This terminates: with every unpinned entry gone, only pins hold pages.
+  Result<SlotAllocator::Block> block = allocator_->Allocate(slot_bytes);
+  while (!block.ok()) {
+    std::optional<uint32_t> victim = index_.PickVictim();
+    if (!victim) {
+      return Status::ResourceExhausted(fmt::format(
+          "no {}-byte slot for sample {}: free space is split among pinned slabs ({}); release "
+          "batches or raise --cache-size",
+          block_bytes, sample, block.status().message()));
+    }
+    Result<CacheIndex::Entry> entry = index_.Evict(*victim);
+    assert(entry.ok());
+    FreeSlot(entry->slot);
+    block = allocator_->Allocate(slot_bytes);
+  }
+  const uint64_t offset = segment_->data_offset() + block->offset;
+  if (block->carved) {
+    segment_->MarkCarved(block->carved->first_page, block->carved->page_count,
+                         NextGeneration(false));
+  }
+  Status inserted = index_.Insert(sample, offset, block->bytes);
+  assert(inserted.ok());
+  Status pinned = index_.Pin(sample);
+  assert(pinned.ok());
+  (void)inserted;
+  (void)pinned;
+  const uint64_t generation = NextGeneration(false);
+  segment_->BeginWrite(offset, sample, bytes, generation);
+  pending_[sample] = offset;
+  payload_bytes_ += bytes;
+  return Allocation{SlotRef{offset, generation, bytes}, segment_->Payload(offset, bytes)};
+}
+
+Result<SlotRef> SampleCache::Commit(uint32_t sample) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(sample);
+  if (it == pending_.end()) {
+    return Status::NotFound(fmt::format("sample {} has no pending slot to commit", sample));
+  }
+  const uint64_t offset = it->second;
+  pending_.erase(it);
+  segment_->Publish(offset, NextGeneration(true));
+  Status unpinned = index_.Unpin(sample);
+  assert(unpinned.ok());
+  (void)unpinned;
+  return segment_->RefAt(offset);
+}
+
+Status SampleCache::Abort(uint32_t sample) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(sample);
+  if (it == pending_.end()) {
+    return Status::NotFound(fmt::format("sample {} has no pending slot to abort", sample));
+  }
+  const uint64_t offset = it->second;
+  pending_.erase(it);
+  Result<CacheIndex::Entry> removed = index_.Remove(sample);
+  assert(removed.ok());
+  (void)removed;
+  FreeSlot(offset);
+  return Status::OK();
+}
+
+Status SampleCache::Pin(uint32_t sample) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.Pin(sample);
+}
+
+Status SampleCache::Unpin(uint32_t sample) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.Unpin(sample);
+}
+
+Result<std::span<const uint8_t>> SampleCache::PinnedData(uint32_t sample) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const CacheIndex::Entry* entry = index_.Find(sample);
+  if (entry == nullptr || pending_.count(sample) > 0) {
+    return Status::NotFound(fmt::format("sample {} is not cached (or not yet committed)", sample));
+  }
+  if (entry->pins == 0) {
+    return Status::FailedPrecondition(
+        fmt::format("sample {} must be pinned before its bytes are read", sample));
+  }
+  SlotRef ref = segment_->RefAt(entry->slot);
+  std::span<uint8_t> bytes = segment_->Payload(ref.offset, ref.bytes);
+  return std::span<const uint8_t>(bytes.data(), bytes.size());
+}
+
+bool SampleCache::AddRef(uint32_t sample, int64_t delta) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.AddRef(sample, delta);
+}
+
+void SampleCache::SetRefCount(uint32_t sample, uint32_t count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  index_.SetRefCount(sample, count);
+}
+
+uint32_t SampleCache::RefCount(uint32_t sample) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.RefCount(sample);
+}
+
+CacheStats SampleCache::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CacheStats stats;
+  stats.index = index_.stats();
+  if (allocator_) stats.allocator = allocator_->stats();
+  stats.payload_bytes = payload_bytes_;
+  stats.pending = pending_.size();
+  return stats;
+}
+
+}  // namespace carpool::cache

@@ -1,0 +1,112 @@
+// SampleCache: the server's cache of prepared samples. It joins the index and eviction policy
+// (CacheIndex), the size-class allocator (SlotAllocator) and the shared-memory segment (Segment).
+// Clients read samples through SegmentReader with the SlotRefs this class hands out.
+//
+// Life of a sample: Allocate (evicts by policy to make room; the slot is pinned and invisible to
+// Lookup) -> the caller writes the payload, from any thread -> Commit (readable, unpinned) ->
+// Lookup/Pin/Unpin -> evicted by policy, which retires the slot's generation before reuse.
+//
+// --cache-size 0: no segment is created, every Lookup misses, and Allocate returns
+// ResourceExhausted; the caller then prepares into its own transient buffer (the no-sharing
+// baseline).
+// Thread-safe: one internal mutex around all bookkeeping; payload bytes are written outside it.
+#ifndef CARPOOL_CACHE_SAMPLE_CACHE_H_
+#define CARPOOL_CACHE_SAMPLE_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/cache_index.h"
+#include "cache/segment.h"
+#include "cache/slot_allocator.h"
+#include "carpool/status.h"
+
+namespace carpool::cache {
+
+struct CacheOptions {
+  std::string instance = "default";  // segment "carpool-<instance>"
+  uint64_t capacity_bytes = 0;       // the segment's data area, rounded up to whole pages
+  EvictionPolicy policy = EvictionPolicy::kRefCnt;
+  uint32_t mode = 0600;              // 0660 with --group
+  uint64_t page_bytes = 0;           // 0: capacity/1024 as a power of two in [64 KiB, 4 MiB]
+  size_t next_use_scan_limit = 0;    // see CacheIndex::Options
+};
+
+struct CacheStats {
+  IndexStats index;          // hits, misses, insertions, evictions, bytes (= slot bytes), entries
+  AllocatorStats allocator;  // pages and blocks
+  uint64_t payload_bytes = 0;  // sample bytes in committed and pending slots
+  uint64_t pending = 0;        // allocated, not yet committed
+};
+
+class SampleCache {
+ public:
+  struct Allocation {
+    SlotRef ref;               // generation is odd (not readable) until Commit
+    std::span<uint8_t> data;   // ref.bytes writable bytes in the segment
+  };
+
+  // REQUIRES: `oracle` outlives the cache; non-null for EvictionPolicy::kNextUse. The oracle is
+  // called with the cache's mutex held and must not call back into the cache.
+  static Result<std::unique_ptr<SampleCache>> Create(const CacheOptions& options,
+                                                     const NextUseOracle* oracle = nullptr);
+  ~SampleCache();  // retires nothing; unlinks the segment (Segment's destructor)
+  SampleCache(const SampleCache&) = delete;
+  SampleCache& operator=(const SampleCache&) = delete;
+
+  // Committed sample: its ref, counted as a hit. Not cached: nullopt, counted as a miss. Being
+  // prepared (allocated, not committed): nullopt, counted as neither; see Pending().
+  std::optional<SlotRef> Lookup(uint32_t sample);
+  bool Pending(uint32_t sample) const;
+
+  // Reserves a slot for `bytes` of payload, evicting by policy. AlreadyExists if cached or
+  // pending; ResourceExhausted if the cache is disabled, the sample is larger than the cache, or
+  // the pinned samples leave no room.
+  Result<Allocation> Allocate(uint32_t sample, uint64_t bytes);
+  // Publishes a pending slot. NotFound if `sample` is not pending.
+  Result<SlotRef> Commit(uint32_t sample);
+  // Frees a pending slot (preparation failed). NotFound if `sample` is not pending.
+  Status Abort(uint32_t sample);
+
+  // Pinned samples are never evicted. NotFound if not cached.
+  Status Pin(uint32_t sample);
+  Status Unpin(uint32_t sample);
+  // The bytes of a committed, pinned sample, for the server's own readers (batch assembly).
+  // FailedPrecondition unless pinned; the span stays valid until the matching Unpin.
+  Result<std::span<const uint8_t>> PinnedData(uint32_t sample);
+
+  // Reference counts, kept for cached and uncached samples (CacheIndex::AddRef).
+  bool AddRef(uint32_t sample, int64_t delta);
+  void SetRefCount(uint32_t sample, uint32_t count);
+  uint32_t RefCount(uint32_t sample) const;
+
+  CacheStats Stats() const;
+  // Empty when the cache is disabled (capacity 0).
+  const std::string& segment_name() const { return segment_name_; }
+  EvictionPolicy policy() const { return index_.policy(); }
+
+ private:
+  SampleCache(const CacheIndex::Options& index_options, const NextUseOracle* oracle);
+  uint64_t NextGeneration(bool committed);  // odd when !committed; strictly increasing
+  void FreeSlot(uint64_t offset);           // retire the generation, return the block
+  void FreeEvicted(const std::vector<CacheIndex::Evicted>& evicted);
+
+  mutable std::mutex mu_;
+  CacheIndex index_;                          // GUARDED_BY(mu_)
+  std::unique_ptr<SlotAllocator> allocator_;  // GUARDED_BY(mu_); null when disabled
+  std::unique_ptr<Segment> segment_;          // null when disabled
+  std::unordered_map<uint32_t, uint64_t> pending_;  // GUARDED_BY(mu_): sample -> slot offset
+  uint64_t generation_ = 0;                         // GUARDED_BY(mu_)
+  uint64_t payload_bytes_ = 0;                      // GUARDED_BY(mu_)
+  std::string segment_name_;
+};
+
+}  // namespace carpool::cache
+
+#endif  // CARPOOL_CACHE_SAMPLE_CACHE_H_

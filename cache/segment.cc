@@ -1,0 +1,316 @@
+#include "cache/segment.h"
+
+#include <fmt/core.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <bit>
+#include <boost/interprocess/exceptions.hpp>
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "carpool/log.h"
+
+namespace carpool::cache {
+
+namespace bip = boost::interprocess;
+
+struct SegmentMapping {
+  bip::mapped_region region;
+};
+
+namespace {
+
+// Process start time in clock ticks since boot (/proc/<pid>/stat field 22), 0 if unknown.
+uint64_t ProcessStartTicks(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(paren + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && (fields >> field); ++i) {
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return 0;
+}
+
+bool OwnerAlive(pid_t pid, uint64_t start_ticks) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  // The pid exists; it is the owner unless it was reused by a process started later.
+  uint64_t now = ProcessStartTicks(pid);
+  return start_ticks == 0 || now == 0 || now == start_ticks;
+}
+
+std::string BipMessage(const bip::interprocess_exception& e) {
+  return fmt::format("{} (native error {})", e.what(), e.get_native_error());
+}
+
+// Decides whether an existing segment of this name belongs to a live server. Ok(true): live;
+// Ok(false): stale, may be removed. A header still being written by a server that is starting
+// right now looks like all zeros for a moment, so zeros are re-read for up to ~200 ms.
+Result<bool> ExistingOwnerAlive(const std::string& name) {
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    std::optional<bip::shared_memory_object> opened;
+    try {
+      opened.emplace(bip::open_only, name.c_str(), bip::read_only);
+    } catch (const bip::interprocess_exception& e) {
+      if (e.get_error_code() == bip::not_found_error) return false;  // gone meanwhile: create it
+      throw;
+    }
+    bip::shared_memory_object& shm = *opened;
+    bip::offset_t size = 0;
+    if (shm.get_size(size) && size >= static_cast<bip::offset_t>(kHeaderBytes)) {
+      bip::mapped_region region(shm, bip::read_only, 0, kHeaderBytes);
+      const auto* h = static_cast<const SegmentHeader*>(region.get_address());
+      uint64_t magic = h->magic.load(std::memory_order_acquire);
+      if (magic == kSegmentMagic) {
+        bool alive = OwnerAlive(h->owner_pid, h->owner_start_ticks);
+        if (alive) {
+          return Status::AlreadyExists(fmt::format(
+              "shared-memory segment \"{}\" is in use by live server pid {}; stop that server or "
+              "start this one with another instance name",
+              name, h->owner_pid));
+        }
+        log::Warn("replacing stale cache segment \"{}\" left by dead server pid {}", name,
+                  h->owner_pid);
+        return false;
+      }
+      if (magic != 0) {
+        return Status::FailedPrecondition(fmt::format(
+            "\"/dev/shm/{}\" exists but is not a carpool cache segment (magic {:#x}); remove it "
+            "or choose another instance name",
+            name, magic));
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  log::Warn("replacing half-initialized cache segment \"{}\" (a server died while creating it)",
+            name);
+  return false;
+}
+
+}  // namespace
+
+Result<std::string> SegmentName(std::string_view instance) {
+  bool ok = !instance.empty() && instance.size() <= 64;
+  for (char c : instance) {
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
+  }
+  if (!ok) {
+    return Status::InvalidArgument(fmt::format(
+        "instance name \"{}\" is not 1..64 characters of [A-Za-z0-9._-]; pick a simpler name",
+        instance));
+  }
+  return "carpool-" + std::string(instance);
+}
+
+Result<std::unique_ptr<Segment>> Segment::Create(const Options& options) {
+  const uint64_t page = options.page_bytes;
+  if (!std::has_single_bit(page) || page < 4096 || options.data_bytes == 0 ||
+      (options.mode & ~0777u) != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "segment \"{}\": data bytes {} must be > 0, page bytes {} a power of two >= 4096, mode "
+        "{:o} within 0777",
+        options.name, options.data_bytes, page, options.mode));
+  }
+  const uint64_t pages = (options.data_bytes + page - 1) / page;
+  const uint64_t table_bytes = (pages * sizeof(uint64_t) + kHeaderBytes - 1) / kHeaderBytes *
+                               kHeaderBytes;
+  const uint64_t data_offset = kHeaderBytes + table_bytes;
+  const uint64_t total = data_offset + pages * page;
+  std::unique_ptr<Segment> seg(new Segment());
+  seg->name_ = options.name;
+  try {
+    bip::permissions perms(options.mode);
+    std::optional<bip::shared_memory_object> shm;
+    for (int attempt = 0; attempt < 3 && !shm; ++attempt) {
+      try {
+        shm.emplace(bip::create_only, options.name.c_str(), bip::read_write, perms);
+      } catch (const bip::interprocess_exception& e) {
+        if (e.get_error_code() != bip::already_exists_error) throw;
+        Result<bool> alive = ExistingOwnerAlive(options.name);
+        if (!alive.ok()) return alive.status();
+        bip::shared_memory_object::remove(options.name.c_str());
+      }
+    }
+    if (!shm) {
+      return Status::Unavailable(fmt::format(
+          "segment \"{}\" kept reappearing while being replaced; another server is starting "
+          "with the same instance name",
+          options.name));
+    }
+    seg->creator_ = ::getpid();  // from here on the destructor unlinks
+    shm->truncate(static_cast<bip::offset_t>(total));
+    seg->mapping_ = std::make_unique<SegmentMapping>(
+        SegmentMapping{bip::mapped_region(*shm, bip::read_write)});
+  } catch (const bip::interprocess_exception& e) {
+    return Status::IOError(fmt::format("cannot create shared-memory segment \"{}\" of {} bytes: "
+                                       "{}; check /dev/shm space and permissions",
+                                       options.name, total, BipMessage(e)));
+  }
+  seg->base_ = static_cast<uint8_t*>(seg->mapping_->region.get_address());
+  seg->header_ = reinterpret_cast<SegmentHeader*>(seg->base_);
+  SegmentHeader* h = seg->header_;
+  h->layout_version = kLayoutVersion;
+  h->owner_pid = ::getpid();
+  h->owner_start_ticks = ProcessStartTicks(::getpid());
+  h->segment_bytes = total;
+  h->page_bytes = page;
+  h->page_count = pages;
+  h->page_table_offset = kHeaderBytes;
+  h->data_offset = data_offset;
+  h->magic.store(kSegmentMagic, std::memory_order_release);
+  return seg;
+}
+
+Segment::~Segment() {
+  mapping_.reset();
+  if (creator_ != 0 && creator_ == ::getpid()) {
+    bip::shared_memory_object::remove(name_.c_str());
+  }
+}
+
+namespace {
+std::atomic<uint64_t>* PageTable(uint8_t* base, const SegmentHeader* h) {
+  return reinterpret_cast<std::atomic<uint64_t>*>(base + h->page_table_offset);
+}
+}  // namespace
+
+void Segment::MarkCarved(uint32_t first_page, uint32_t count, uint64_t generation) {
+  std::atomic<uint64_t>* table = PageTable(base_, header_);
+  for (uint32_t p = first_page; p < first_page + count; ++p) {
+    table[p].store(generation, std::memory_order_relaxed);
+  }
+  // Seqlock writer: the new generation is visible before any byte of the new layout.
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+void Segment::BeginWrite(uint64_t offset, uint32_t sample, uint64_t payload_bytes,
+                         uint64_t generation) {
+  auto* slot = reinterpret_cast<SlotHeader*>(base_ + offset);
+  slot->generation.store(generation, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  slot->sample = sample;
+  slot->payload_bytes = payload_bytes;
+}
+
+void Segment::Publish(uint64_t offset, uint64_t generation) {
+  reinterpret_cast<SlotHeader*>(base_ + offset)->generation.store(generation,
+                                                                  std::memory_order_release);
+}
+
+void Segment::Retire(uint64_t offset, uint64_t generation) {
+  reinterpret_cast<SlotHeader*>(base_ + offset)
+      ->generation.store(generation, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+SlotRef Segment::RefAt(uint64_t offset) const {
+  const auto* slot = reinterpret_cast<const SlotHeader*>(base_ + offset);
+  return SlotRef{offset, slot->generation.load(std::memory_order_relaxed), slot->payload_bytes};
+}
+
+std::span<uint8_t> Segment::Payload(uint64_t offset, uint64_t bytes) {
+  return {base_ + offset + kSlotHeaderBytes, bytes};
+}
+
+Result<std::unique_ptr<SegmentReader>> SegmentReader::Open(std::string_view name) {
+  std::unique_ptr<SegmentReader> reader(new SegmentReader());
+  std::string n(name);
+  try {
+    bip::shared_memory_object shm(bip::open_only, n.c_str(), bip::read_only);
+    reader->mapping_ = std::make_unique<SegmentMapping>(
+        SegmentMapping{bip::mapped_region(shm, bip::read_only)});
+  } catch (const bip::interprocess_exception& e) {
+    if (e.get_error_code() == bip::not_found_error) {
+      return Status::NotFound(fmt::format(
+          "cache segment \"{}\" does not exist; is the carpool server running?", n));
+    }
+    return Status::IOError(fmt::format("cannot map cache segment \"{}\": {}", n, BipMessage(e)));
+  }
+  const bip::mapped_region& region = reader->mapping_->region;
+  reader->base_ = static_cast<const uint8_t*>(region.get_address());
+  reader->header_ = reinterpret_cast<const SegmentHeader*>(reader->base_);
+  const uint64_t size = region.get_size();
+  const SegmentHeader* h = reader->header_;
+  bool valid = size >= kHeaderBytes && h->magic.load(std::memory_order_acquire) == kSegmentMagic &&
+               h->layout_version == kLayoutVersion && h->segment_bytes == size &&
+               std::has_single_bit(h->page_bytes) && h->page_table_offset == kHeaderBytes &&
+               h->page_count <= size / h->page_bytes &&
+               h->page_table_offset + h->page_count * sizeof(uint64_t) <= h->data_offset &&
+               h->data_offset + h->page_count * h->page_bytes <= size;
+  if (!valid) {
+    return Status::Corruption(fmt::format(
+        "\"{}\" is not a carpool cache segment of layout version {} (or is still being "
+        "created); restart the server if this persists",
+        n, kLayoutVersion));
+  }
+  return reader;
+}
+
+SegmentReader::~SegmentReader() = default;
+
+Status SegmentReader::CheckBounds(const SlotRef& ref) const {
+  const SegmentHeader* h = header_;
+  uint64_t data_end = h->data_offset + h->page_count * h->page_bytes;
+  bool ok = ref.offset >= h->data_offset && ref.offset < data_end &&
+            (ref.offset - h->data_offset) % 128 == 0 && ref.generation % 2 == 0 &&
+            ref.generation != 0 && ref.bytes <= data_end - ref.offset - kSlotHeaderBytes;
+  if (ok) return Status::OK();
+  return Status::InvalidArgument(fmt::format(
+      "slot ref (offset {}, generation {}, {} bytes) does not fit segment data [{}, {})",
+      ref.offset, ref.generation, ref.bytes, h->data_offset, data_end));
+}
+
+bool SegmentReader::Valid(const SlotRef& ref) const {
+  if (!CheckBounds(ref).ok()) return false;
+  const auto* table = reinterpret_cast<const std::atomic<uint64_t>*>(base_ +
+                                                                     header_->page_table_offset);
+  uint64_t page = (ref.offset - header_->data_offset) / header_->page_bytes;
+  const auto* slot = reinterpret_cast<const SlotHeader*>(base_ + ref.offset);
+  // Seqlock reader: order the caller's earlier data reads before these loads.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return table[page].load(std::memory_order_acquire) < ref.generation &&
+         slot->generation.load(std::memory_order_acquire) == ref.generation &&
+         slot->payload_bytes == ref.bytes;
+}
+
+Result<std::span<const uint8_t>> SegmentReader::View(const SlotRef& ref) const {
+  Status bounds = CheckBounds(ref);
+  if (!bounds.ok()) return bounds;
+  if (!Valid(ref)) {
+    return Status::Unavailable(fmt::format(
+        "slot at offset {} no longer holds generation {} (evicted or reused); look the sample up "
+        "again",
+        ref.offset, ref.generation));
+  }
+  return std::span<const uint8_t>(base_ + ref.offset + kSlotHeaderBytes, ref.bytes);
+}
+
+Result<uint64_t> SegmentReader::Read(const SlotRef& ref, std::span<uint8_t> dst) const {
+  if (dst.size() < ref.bytes) {
+    return Status::InvalidArgument(
+        fmt::format("destination holds {} bytes, the slot {}", dst.size(), ref.bytes));
+  }
+  Result<std::span<const uint8_t>> view = View(ref);
+  if (!view.ok()) return view.status();
+  std::memcpy(dst.data(), view->data(), view->size());
+  if (!Valid(ref)) {
+    return Status::Unavailable(fmt::format(
+        "slot at offset {} was reused while being read (generation {}); look the sample up again",
+        ref.offset, ref.generation));
+  }
+  return ref.bytes;
+}
+
+}  // namespace carpool::cache
