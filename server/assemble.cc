@@ -32,16 +32,16 @@ Result<ImageShape> AssembleBatch(const TransformSpec& spec, std::span<const Prep
                                  std::span<const uint64_t> seeds, void* images_dst,
                                  size_t dst_bytes) {
   if (seeds.size() != samples.size()) {
-    return Status::InvalidArgument(fmt::format("batch has {} samples but {} seeds",
-                                               samples.size(), seeds.size()));
+    return Status::InvalidArgument(
+        fmt::format("batch has {} samples but {} seeds", samples.size(), seeds.size()));
   }
   Result<ImageShape> shape = BatchImageShape(spec, samples);
   if (!shape.ok()) return shape.status();
   const size_t image_bytes = shape->bytes();
   if (dst_bytes < image_bytes * samples.size()) {
-    return Status::InvalidArgument(fmt::format(
-        "batch slot holds {} bytes; {} images of {} bytes need {}", dst_bytes, samples.size(),
-        image_bytes, image_bytes * samples.size()));
+    return Status::InvalidArgument(
+        fmt::format("batch slot holds {} bytes; {} images of {} bytes need {}", dst_bytes,
+                    samples.size(), image_bytes, image_bytes * samples.size()));
   }
   auto* out = static_cast<std::byte*>(images_dst);
   for (size_t i = 0; i < samples.size(); ++i) {

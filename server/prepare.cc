@@ -54,12 +54,12 @@ Result<SourceInfo> ProbeJpeg(std::span<const uint8_t> d) {
   while (true) {
     while (pos < d.size() && d[pos] == 0xFF && pos + 1 < d.size() && d[pos + 1] == 0xFF) ++pos;
     if (pos + 4 > d.size()) {
-      return Status::Corruption(fmt::format("JPEG truncated in its headers at byte {} of {}", pos,
-                                            d.size()));
+      return Status::Corruption(
+          fmt::format("JPEG truncated in its headers at byte {} of {}", pos, d.size()));
     }
     if (d[pos] != 0xFF) {
-      return Status::Corruption(fmt::format("JPEG has no marker at byte {} (found 0x{:02X})", pos,
-                                            d[pos]));
+      return Status::Corruption(
+          fmt::format("JPEG has no marker at byte {} (found 0x{:02X})", pos, d[pos]));
     }
     const uint8_t marker = d[pos + 1];
     if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) {  // parameterless markers
@@ -69,9 +69,9 @@ Result<SourceInfo> ProbeJpeg(std::span<const uint8_t> d) {
     if (marker == 0xD9) return Status::Corruption("JPEG ends before its first scan");
     const size_t length = static_cast<size_t>(ReadBigEndian16(&d[pos + 2]));
     if (length < 2 || pos + 2 + length > d.size()) {
-      return Status::Corruption(fmt::format(
-          "JPEG segment 0x{:02X} at byte {} has length {} past the end ({} bytes)", marker, pos,
-          length, d.size()));
+      return Status::Corruption(
+          fmt::format("JPEG segment 0x{:02X} at byte {} has length {} past the end ({} bytes)",
+                      marker, pos, length, d.size()));
     }
     if (IsStartOfFrame(marker)) {
       if (length < 8) return Status::Corruption("JPEG frame header is too short");
@@ -83,9 +83,10 @@ Result<SourceInfo> ProbeJpeg(std::span<const uint8_t> d) {
             info.width, info.height));
       }
       if (info.width > kMaxSourceSide || info.height > kMaxSourceSide) {
-        return Status::Corruption(fmt::format("JPEG frame header gives size {}x{}; expected at most "
-                                              "{} per side",
-                                              info.width, info.height, kMaxSourceSide));
+        return Status::Corruption(
+            fmt::format("JPEG frame header gives size {}x{}; expected at most "
+                        "{} per side",
+                        info.width, info.height, kMaxSourceSide));
       }
     }
     if (marker == 0xDA) break;  // start of scan: entropy-coded data follows
@@ -128,13 +129,12 @@ Status CheckSpec(const PrepareSpec& spec) {
         fmt::format("prepare spec \"{}\": channels must be 1 or 3", spec.ToString()));
   }
   if (spec.raw && (spec.resize > 0 || spec.crop > 0)) {
-    return Status::InvalidArgument(
-        fmt::format("prepare spec \"{}\": raw cannot be combined with resize or crop",
-                    spec.ToString()));
+    return Status::InvalidArgument(fmt::format(
+        "prepare spec \"{}\": raw cannot be combined with resize or crop", spec.ToString()));
   }
   if (spec.resize < 0 || spec.crop < 0) {
-    return Status::InvalidArgument(
-        fmt::format("prepare spec: resize={} crop={} must not be negative", spec.resize, spec.crop));
+    return Status::InvalidArgument(fmt::format(
+        "prepare spec: resize={} crop={} must not be negative", spec.resize, spec.crop));
   }
   return Status::OK();
 }
@@ -172,9 +172,12 @@ Result<Geometry> GeometryFor(const PrepareSpec& spec, int src_width, int src_hei
 
 Result<cv::Mat> Decode(std::span<const uint8_t> encoded, int channels, int factor) {
   int flags = channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR;
-  if (factor == 2) flags = channels == 1 ? cv::IMREAD_REDUCED_GRAYSCALE_2 : cv::IMREAD_REDUCED_COLOR_2;
-  if (factor == 4) flags = channels == 1 ? cv::IMREAD_REDUCED_GRAYSCALE_4 : cv::IMREAD_REDUCED_COLOR_4;
-  if (factor == 8) flags = channels == 1 ? cv::IMREAD_REDUCED_GRAYSCALE_8 : cv::IMREAD_REDUCED_COLOR_8;
+  if (factor == 2)
+    flags = channels == 1 ? cv::IMREAD_REDUCED_GRAYSCALE_2 : cv::IMREAD_REDUCED_COLOR_2;
+  if (factor == 4)
+    flags = channels == 1 ? cv::IMREAD_REDUCED_GRAYSCALE_4 : cv::IMREAD_REDUCED_COLOR_4;
+  if (factor == 8)
+    flags = channels == 1 ? cv::IMREAD_REDUCED_GRAYSCALE_8 : cv::IMREAD_REDUCED_COLOR_8;
   // EXIF orientation is ignored, as PIL-based loaders (torchvision ImageFolder) do, and so that
   // the decoded size always matches the frame header.
   flags |= cv::IMREAD_IGNORE_ORIENTATION;
@@ -184,12 +187,13 @@ Result<cv::Mat> Decode(std::span<const uint8_t> encoded, int channels, int facto
                          const_cast<uint8_t*>(encoded.data()));
     image = cv::imdecode(buffer, flags);
   } catch (const std::exception& e) {
-    return Status::Corruption(fmt::format("decoder failed on {} bytes: {}", encoded.size(),
-                                          e.what()));
+    return Status::Corruption(
+        fmt::format("decoder failed on {} bytes: {}", encoded.size(), e.what()));
   }
   if (image.empty()) {
-    return Status::Corruption(fmt::format(
-        "OpenCV could not decode the {} bytes (not a supported image, or damaged)", encoded.size()));
+    return Status::Corruption(
+        fmt::format("OpenCV could not decode the {} bytes (not a supported image, or damaged)",
+                    encoded.size()));
   }
   if (image.type() != (channels == 1 ? CV_8UC1 : CV_8UC3)) {
     return Status::Internal(fmt::format("decoder returned OpenCV type {}", image.type()));
@@ -279,9 +283,9 @@ Result<PreparedShape> PrepareInto(const PrepareSpec& spec, std::span<const uint8
   if (!g.ok()) return g.status();
   const PreparedShape shape{g->out_height, g->out_width, spec.channels};
   if (dst.size() < shape.bytes()) {
-    return Status::InvalidArgument(fmt::format(
-        "destination holds {} bytes, the prepared {}x{}x{} image needs {}", dst.size(),
-        shape.height, shape.width, shape.channels, shape.bytes()));
+    return Status::InvalidArgument(
+        fmt::format("destination holds {} bytes, the prepared {}x{}x{} image needs {}", dst.size(),
+                    shape.height, shape.width, shape.channels, shape.bytes()));
   }
   try {
     cv::Mat resized = *decoded;

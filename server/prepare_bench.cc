@@ -12,6 +12,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "server/prepare.h"
@@ -97,7 +98,8 @@ void MultiPassTransform(const TransformSpec& spec, const PreparedView& src, uint
   unit = (unit - cv::Scalar(spec.mean[0], spec.mean[1], spec.mean[2])) /
          cv::Scalar(spec.std[0], spec.std[1], spec.std[2]);
   std::vector<cv::Mat> planes;
-  for (int c = 0; c < 3; ++c) planes.emplace_back(w.height, w.width, CV_32F, dst + c * w.height * w.width);
+  for (int c = 0; c < 3; ++c)
+    planes.emplace_back(w.height, w.width, CV_32F, dst + c * w.height * w.width);
   cv::split(unit, planes);
 }
 
@@ -114,7 +116,9 @@ int Main(int argc, char** argv) {
   fmt::print("{} JPEGs of 500x375, quality 90, mean {:.1f} KiB; one thread, >= {} s per case\n\n",
              count, total_bytes / 1024.0 / count, min_seconds);
 
-  fmt::print("| target | JPEG reduction | full decode + resize (img/s) | carpool prepare (img/s) | speedup |\n");
+  fmt::print(
+      "| target | JPEG reduction | full decode + resize (img/s) | carpool prepare (img/s) | "
+      "speedup |\n");
   fmt::print("|---|---|---|---|---|\n");
   for (int side : {256, 128, 64}) {
     PrepareSpec spec;
@@ -133,7 +137,9 @@ int Main(int argc, char** argv) {
   spec256.resize = spec256.crop = 256;
   std::vector<PreparedImage> prepared;
   for (const auto& jpeg : jpegs) prepared.push_back(*PrepareSample(spec256, jpeg));
-  fmt::print("\n| transform (256x256x3 in) | multi-pass OpenCV (img/s) | carpool one pass (img/s) | speedup |\n");
+  fmt::print(
+      "\n| transform (256x256x3 in) | multi-pass OpenCV (img/s) | carpool one pass (img/s) | "
+      "speedup |\n");
   fmt::print("|---|---|---|---|\n");
   for (const char* text : {"random_crop(224)|flip|normalize(imagenet)|float32|nchw",
                            "random_crop(224)|flip|normalize(imagenet)|float16|nchw",
@@ -150,10 +156,15 @@ int Main(int argc, char** argv) {
     const double ours = Rate(prepared.size(), min_seconds, [&](size_t i) {
       if (!ApplyTransform(spec, prepared[i].view(), ++seed, out.data()).ok()) std::abort();
     });
+    std::string cell;  // markdown needs the '|' of the transform text escaped
+    for (const char* p = text; *p != '\0'; ++p) {
+      if (*p == '|') cell += '\\';
+      cell += *p;
+    }
     if (base > 0) {
-      fmt::print("| {} | {:.0f} | {:.0f} | {:.2f}x |\n", text, base, ours, ours / base);
+      fmt::print("| `{}` | {:.0f} | {:.0f} | {:.2f}x |\n", cell, base, ours, ours / base);
     } else {
-      fmt::print("| {} | - | {:.0f} | - |\n", text, ours);
+      fmt::print("| `{}` | - | {:.0f} | - |\n", cell, ours);
     }
   }
   return 0;

@@ -17,9 +17,9 @@ cv::Mat MakePhoto(int width, int height, uint32_t seed) {
   cv::Mat image(height, width, CV_8UC3);
   for (int y = 0; y < height; ++y) {
     for (int x = 0; x < width; ++x) {
-      image.at<cv::Vec3b>(y, x) = cv::Vec3b(static_cast<uint8_t>(255 * x / width),
-                                            static_cast<uint8_t>(255 * y / height),
-                                            static_cast<uint8_t>(128 + 100 * std::sin(x * 0.05)));
+      image.at<cv::Vec3b>(y, x) =
+          cv::Vec3b(static_cast<uint8_t>(255 * x / width), static_cast<uint8_t>(255 * y / height),
+                    static_cast<uint8_t>(128 + 100 * std::sin(x * 0.05)));
     }
   }
   std::mt19937 rng(seed);

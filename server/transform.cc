@@ -111,10 +111,14 @@ void TransformWindow(const PreparedView& src, const CropWindow& w, const T* lut,
 template <typename T, Layout kLayout>
 void DispatchChannels(const PreparedView& src, const CropWindow& w, const T* lut, T* dst) {
   switch (src.shape.channels) {
-    case 1: return TransformWindow<T, kLayout, 1>(src, w, lut, dst);
-    case 2: return TransformWindow<T, kLayout, 2>(src, w, lut, dst);
-    case 3: return TransformWindow<T, kLayout, 3>(src, w, lut, dst);
-    default: return TransformWindow<T, kLayout, 4>(src, w, lut, dst);
+    case 1:
+      return TransformWindow<T, kLayout, 1>(src, w, lut, dst);
+    case 2:
+      return TransformWindow<T, kLayout, 2>(src, w, lut, dst);
+    case 3:
+      return TransformWindow<T, kLayout, 3>(src, w, lut, dst);
+    default:
+      return TransformWindow<T, kLayout, 4>(src, w, lut, dst);
   }
 }
 
@@ -138,18 +142,24 @@ float FloatValue(const TransformSpec& spec, int c, int v) {
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kUint8: return 1;
-    case DType::kFloat16: return 2;
-    case DType::kFloat32: return 4;
+    case DType::kUint8:
+      return 1;
+    case DType::kFloat16:
+      return 2;
+    case DType::kFloat32:
+      return 4;
   }
   return 0;
 }
 
 std::string_view DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kUint8: return "uint8";
-    case DType::kFloat16: return "float16";
-    case DType::kFloat32: return "float32";
+    case DType::kUint8:
+      return "uint8";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kFloat32:
+      return "float32";
   }
   return "?";
 }
@@ -169,8 +179,8 @@ std::string TransformSpec::ToString() const {
     } else if (normalize_channels == 1) {
       out += fmt::format("normalize({},{})|", mean[0], std[0]);
     } else {
-      out += fmt::format("normalize({},{},{},{},{},{})|", mean[0], mean[1], mean[2], std[0],
-                         std[1], std[2]);
+      out += fmt::format("normalize({},{},{},{},{},{})|", mean[0], mean[1], mean[2], std[0], std[1],
+                         std[2]);
     }
   }
   out += fmt::format("{}|{}", DTypeName(dtype), LayoutName(layout));
@@ -208,8 +218,7 @@ Result<TransformSpec> ParseTransformSpec(std::string_view text) {
       if (spec.crop != CropMode::kNone) return StepError(text, step, "repeats a crop");
       int n = 0;
       auto [end, ec] = std::from_chars(args.data(), args.data() + args.size(), n);
-      if (ec != std::errc() || end != args.data() + args.size() || n <= 0 ||
-          n > kMaxPrepareSide) {
+      if (ec != std::errc() || end != args.data() + args.size() || n <= 0 || n > kMaxPrepareSide) {
         return StepError(text, step, fmt::format("needs a size in [1, {}]", kMaxPrepareSide));
       }
       spec.crop = name == "random_crop" ? CropMode::kRandom : CropMode::kCenter;
@@ -224,7 +233,7 @@ Result<TransformSpec> ParseTransformSpec(std::string_view text) {
     } else if (name == "uint8" || name == "float32" || name == "float16") {
       if (have_dtype) return StepError(text, step, "repeats the dtype");
       have_dtype = true;
-      spec.dtype = name == "uint8" ? DType::kUint8
+      spec.dtype = name == "uint8"     ? DType::kUint8
                    : name == "float32" ? DType::kFloat32
                                        : DType::kFloat16;
     } else {
@@ -368,7 +377,8 @@ float HalfToFloat(uint16_t half) {
   const uint32_t exponent = (half >> 10) & 0x1F;
   const uint32_t mantissa = half & 0x3FF;
   if (exponent == 0x1F) return std::bit_cast<float>(sign | 0x7F800000 | (mantissa << 13));
-  if (exponent != 0) return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  if (exponent != 0)
+    return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
   // Zero or subnormal: mantissa * 2^-24, exact in float.
   const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
   return sign != 0 ? -magnitude : magnitude;

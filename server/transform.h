@@ -57,8 +57,7 @@ struct ImageShape {
   Layout layout = Layout::kNHWC;
 
   size_t elements() const {
-    return static_cast<size_t>(channels) * static_cast<size_t>(height) *
-           static_cast<size_t>(width);
+    return static_cast<size_t>(channels) * static_cast<size_t>(height) * static_cast<size_t>(width);
   }
   size_t bytes() const { return elements() * DTypeSize(dtype); }
   bool operator==(const ImageShape&) const = default;

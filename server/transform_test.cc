@@ -124,12 +124,14 @@ TEST(TransformTest, IdentityAndCenterCropAreExact) {
 TEST(TransformTest, FlipMirrorsColumns) {
   const PreparedImage img = Ramp(2, 3, 3);
   const TransformSpec spec = Parse("flip");
-  const std::vector<uint8_t> mirrored = {7, 8, 9, 4, 5, 6, 1, 2, 3, 16, 17, 18, 13, 14, 15, 10, 11, 12};
+  const std::vector<uint8_t> mirrored = {7,  8,  9,  4,  5,  6,  1,  2,  3,
+                                         16, 17, 18, 13, 14, 15, 10, 11, 12};
   EXPECT_EQ(Apply<uint8_t>(spec, img.view(), SeedWithFlip(spec, img.shape, true)), mirrored);
   EXPECT_EQ(Apply<uint8_t>(spec, img.view(), SeedWithFlip(spec, img.shape, false)), img.pixels);
   // nchw, flipped: channel planes of the mirrored image.
   const TransformSpec planar = Parse("flip|nchw");
-  const std::vector<uint8_t> planes = {7, 4, 1, 16, 13, 10, 8, 5, 2, 17, 14, 11, 9, 6, 3, 18, 15, 12};
+  const std::vector<uint8_t> planes = {7,  4,  1,  16, 13, 10, 8,  5,  2,
+                                       17, 14, 11, 9,  6,  3,  18, 15, 12};
   EXPECT_EQ(Apply<uint8_t>(planar, img.view(), SeedWithFlip(planar, img.shape, true)), planes);
 }
 
@@ -213,12 +215,24 @@ TEST(TransformTest, NormalizeValues) {
 
 TEST(TransformTest, FloatToHalfKnownValues) {
   const std::vector<std::pair<float, uint16_t>> cases = {
-      {0.0f, 0x0000},         {-0.0f, 0x8000},         {1.0f, 0x3C00},
-      {-2.0f, 0xC000},        {0.1f, 0x2E66},          {65504.0f, 0x7BFF},
-      {65519.0f, 0x7BFF},     {65520.0f, 0x7C00},      {1e10f, 0x7C00},
-      {0x1p-14f, 0x0400},     {0x1p-24f, 0x0001},      {0x1p-25f, 0x0000},  // tie to even 0
-      {0x1.8p-25f, 0x0001},   {0x1.8p-24f, 0x0002},    {0x1p-26f, 0x0000},  // 1.5 ulp -> 2
-      {1.0f + 0x1p-11f, 0x3C00}, {1.0f + 0x1.8p-11f, 0x3C01}, {1.0f + 0x3p-11f, 0x3C02},
+      {0.0f, 0x0000},
+      {-0.0f, 0x8000},
+      {1.0f, 0x3C00},
+      {-2.0f, 0xC000},
+      {0.1f, 0x2E66},
+      {65504.0f, 0x7BFF},
+      {65519.0f, 0x7BFF},
+      {65520.0f, 0x7C00},
+      {1e10f, 0x7C00},
+      {0x1p-14f, 0x0400},
+      {0x1p-24f, 0x0001},
+      {0x1p-25f, 0x0000},  // tie to even 0
+      {0x1.8p-25f, 0x0001},
+      {0x1.8p-24f, 0x0002},
+      {0x1p-26f, 0x0000},  // 1.5 ulp -> 2
+      {1.0f + 0x1p-11f, 0x3C00},
+      {1.0f + 0x1.8p-11f, 0x3C01},
+      {1.0f + 0x3p-11f, 0x3C02},
       {0x1.ffcp-15f, 0x0400},  // just below the smallest normal rounds up into it
       {std::numeric_limits<float>::infinity(), 0x7C00},
       {-std::numeric_limits<float>::infinity(), 0xFC00},
