@@ -1,0 +1,278 @@
+// The C++ client (include/carpool/client.h) over FrameSocket and SlotMapping.
+#include "carpool/client.h"
+
+#include <fmt/format.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "client/frame_socket.h"
+#include "client/protocol.h"
+#include "client/slot_mapping.h"
+
+namespace carpool {
+
+static_assert(static_cast<int>(DType::kFloat16) == static_cast<int>(protocol::DType::kFloat16));
+static_assert(static_cast<int>(DType::kFloat32) == static_cast<int>(protocol::DType::kFloat32));
+static_assert(static_cast<int>(Layout::kNCHW) == static_cast<int>(protocol::Layout::kNCHW));
+static_assert(static_cast<int>(Layout::kRaw) == static_cast<int>(protocol::Layout::kRaw));
+
+namespace {
+constexpr std::chrono::milliseconds kHandshakeTimeout{5000};
+using Clock = std::chrono::steady_clock;
+}  // namespace
+
+// Shared by the Job, its reader thread and its outstanding Batches.
+struct Job::State {
+  std::unique_ptr<FrameSocket> socket;
+  std::shared_ptr<SlotMapping> mapping;
+  protocol::JobInfo info;
+  std::chrono::milliseconds heartbeat_every{500};
+  std::chrono::milliseconds silence_timeout{10000};
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<protocol::BatchReady> ready;   // GUARDED_BY(mu)
+  std::optional<std::string> stats_reply;  // GUARDED_BY(mu)
+  Status failure;                          // GUARDED_BY(mu); first error, terminal
+  bool end_of_data = false;                // GUARDED_BY(mu)
+  bool closed = false;                     // GUARDED_BY(mu); the Job was destroyed
+  std::mutex stats_mu;                     // one Stats() round trip at a time
+  std::thread reader;
+
+  void Fail(Status s) {
+    std::lock_guard lock(mu);
+    if (failure.ok() && !closed) failure = std::move(s);
+    cv.notify_all();
+  }
+
+  // Reads frames and sends heartbeats until the connection fails or the Job closes it.
+  void ReaderLoop() {
+    Clock::time_point last_heard = Clock::now();
+    Clock::time_point next_heartbeat = Clock::now();
+    for (;;) {
+      Clock::time_point now = Clock::now();
+      if (now >= next_heartbeat) {
+        Status s = socket->Send(protocol::Heartbeat{});
+        if (!s.ok()) return Fail(std::move(s));
+        next_heartbeat = now + heartbeat_every;
+      }
+      auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_heartbeat - now);
+      auto frame = socket->Receive(std::max(wait, std::chrono::milliseconds(1)));
+      if (!frame.ok()) return Fail(frame.status());
+      if (!frame->has_value()) {
+        if (Clock::now() - last_heard > silence_timeout) {
+          return Fail(Status::Unavailable(fmt::format(
+              "carpool server at {} sent nothing for {} ms (not even heartbeats); it is hung or "
+              "gone — restart it and reconnect",
+              socket->path(), silence_timeout.count())));
+        }
+        continue;
+      }
+      last_heard = Clock::now();
+      protocol::Message& m = **frame;
+      std::unique_lock lock(mu);
+      if (auto* b = std::get_if<protocol::BatchReady>(&m); b && b->job_id == info.job_id) {
+        ready.push_back(*b);
+      } else if (auto* e = std::get_if<protocol::EndOfData>(&m); e && e->job_id == info.job_id) {
+        end_of_data = true;
+      } else if (auto* st = std::get_if<protocol::StatsReply>(&m)) {
+        stats_reply = std::move(st->json);
+      } else if (auto* err = std::get_if<protocol::Error>(&m)) {
+        lock.unlock();
+        return Fail(StatusFromError(*err));
+      } else if (!std::holds_alternative<protocol::Heartbeat>(m)) {
+        lock.unlock();
+        return Fail(Status::Corruption(
+            fmt::format("server sent an unexpected {} frame to job {}",
+                        protocol::MessageTypeName(protocol::TypeOf(m)), info.job_id)));
+      }
+      cv.notify_all();
+    }
+  }
+
+  void ReleaseSlot(uint32_t slot, uint64_t generation) {
+    {
+      std::lock_guard lock(mu);
+      if (closed || !failure.ok()) return;  // the server frees the job's slots by itself
+    }
+    Status s = socket->Send(protocol::Release{info.job_id, slot, generation});
+    if (!s.ok()) Fail(std::move(s));
+  }
+};
+
+struct Batch::Impl {
+  std::shared_ptr<Job::State> state;
+  std::shared_ptr<SlotMapping> mapping;
+  protocol::BatchReady ready;
+  BatchRegion region;
+  TensorView images;
+  bool released = false;
+};
+
+Batch::Batch(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Batch::Batch(Batch&&) noexcept = default;
+Batch& Batch::operator=(Batch&& other) noexcept {
+  if (this != &other) {
+    Release();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+Batch::~Batch() { Release(); }
+
+void Batch::Release() {
+  if (!impl_ || impl_->released) return;
+  impl_->released = true;
+  impl_->state->ReleaseSlot(impl_->ready.slot, impl_->ready.generation);
+}
+
+const TensorView& Batch::images() const { return impl_->images; }
+std::span<const int32_t> Batch::labels() const {
+  return {impl_->region.labels, impl_->ready.sample_count};
+}
+std::span<const uint32_t> Batch::sample_ids() const {
+  return {impl_->region.ids, impl_->ready.sample_count};
+}
+uint32_t Batch::epoch() const { return impl_->ready.epoch; }
+uint64_t Batch::index() const { return impl_->ready.batch_index; }
+uint32_t Batch::size() const { return impl_->ready.sample_count; }
+uint32_t Batch::skipped() const { return impl_->ready.skipped; }
+
+Job::Job(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+Job::~Job() {
+  bool say_bye;
+  {
+    std::lock_guard lock(state_->mu);
+    say_bye = state_->failure.ok();
+  }
+  if (say_bye) (void)state_->socket->Send(protocol::Bye{});  // best effort: the lease backs it up
+  {
+    std::lock_guard lock(state_->mu);
+    state_->closed = true;
+  }
+  state_->socket->Shutdown();
+  state_->reader.join();
+}
+
+Result<std::optional<Batch>> Job::Next() {
+  protocol::BatchReady ready;
+  {
+    std::unique_lock lock(state_->mu);
+    state_->cv.wait(lock, [this] {
+      return !state_->ready.empty() || !state_->failure.ok() || state_->end_of_data;
+    });
+    if (!state_->failure.ok()) return state_->failure;
+    if (state_->ready.empty()) return std::optional<Batch>();
+    ready = state_->ready.front();
+    state_->ready.pop_front();
+  }
+  auto region = state_->mapping->View(ready);
+  if (!region.ok()) {
+    state_->Fail(region.status());
+    return region.status();
+  }
+  auto impl = std::make_unique<Batch::Impl>();
+  impl->state = state_;
+  impl->mapping = state_->mapping;
+  impl->ready = ready;
+  impl->region = *region;
+  TensorView& t = impl->images;
+  t.data = region->images;
+  t.shape.push_back(ready.sample_count);
+  for (uint32_t d : state_->info.sample_shape) t.shape.push_back(d);
+  t.dtype = static_cast<DType>(state_->info.dtype);
+  t.layout = static_cast<Layout>(state_->info.layout);
+  t.bytes = ready.images_bytes;
+  return std::optional<Batch>(Batch(std::move(impl)));
+}
+
+Result<std::string> Job::Stats() {
+  std::lock_guard stats_lock(state_->stats_mu);
+  {
+    std::lock_guard lock(state_->mu);
+    if (!state_->failure.ok()) return state_->failure;
+    state_->stats_reply.reset();
+  }
+  Status s = state_->socket->Send(protocol::StatsRequest{state_->info.job_id});
+  if (!s.ok()) {
+    state_->Fail(s);
+    return s;
+  }
+  std::unique_lock lock(state_->mu);
+  // The reader thread fails the job after silence_timeout, so this wait is bounded.
+  state_->cv.wait(lock, [this] {
+    return state_->stats_reply.has_value() || !state_->failure.ok();
+  });
+  if (!state_->failure.ok()) return state_->failure;
+  return std::move(*state_->stats_reply);
+}
+
+uint64_t Job::id() const { return state_->info.job_id; }
+uint64_t Job::dataset_size() const { return state_->info.dataset_size; }
+uint64_t Job::batches_per_epoch() const { return state_->info.batches_per_epoch; }
+uint32_t Job::epochs() const { return state_->info.epochs; }
+std::vector<int64_t> Job::sample_shape() const {
+  return {state_->info.sample_shape.begin(), state_->info.sample_shape.end()};
+}
+DType Job::dtype() const { return static_cast<DType>(state_->info.dtype); }
+Layout Job::layout() const { return static_cast<Layout>(state_->info.layout); }
+
+Result<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path) {
+  auto hs = ConnectAndHello(socket_path, kHandshakeTimeout);
+  if (!hs.ok()) return hs.status();
+  (void)hs->socket->Send(protocol::Bye{});
+  return std::unique_ptr<Client>(new Client(socket_path, hs->hello.server_instance,
+                                            std::chrono::milliseconds(hs->hello.lease_ms)));
+}
+
+Result<std::string> Client::Stats() {
+  auto hs = ConnectAndHello(path_, kHandshakeTimeout);
+  if (!hs.ok()) return hs.status();
+  auto reply = hs->socket->Call(protocol::StatsRequest{0}, kHandshakeTimeout);
+  if (!reply.ok()) return reply.status();
+  auto* stats = std::get_if<protocol::StatsReply>(&*reply);
+  if (stats == nullptr) return Status::Corruption("server answered a stats request with no stats");
+  (void)hs->socket->Send(protocol::Bye{});
+  return std::move(stats->json);
+}
+
+Result<std::unique_ptr<Job>> Client::CreateJob(const JobOptions& o) {
+  if (o.dataset.empty() || o.batch_size == 0 || o.epochs == 0 || o.prefetch == 0) {
+    return Status::InvalidArgument(fmt::format(
+        "job options need a dataset name and positive batch_size, epochs and prefetch (got "
+        "dataset \"{}\", batch_size {}, epochs {}, prefetch {})",
+        o.dataset, o.batch_size, o.epochs, o.prefetch));
+  }
+  if (o.silence_timeout.count() <= 0) {
+    return Status::InvalidArgument("silence_timeout must be positive");
+  }
+  auto hs = ConnectAndHello(path_, std::min(o.silence_timeout, kHandshakeTimeout));
+  if (!hs.ok()) return hs.status();
+  protocol::CreateJob request{o.dataset, o.batch_size, o.epochs,     o.transform,
+                              o.device,  o.prefetch,   o.drop_last, o.seed};
+  auto reply = hs->socket->Call(request, o.silence_timeout);
+  if (!reply.ok()) return reply.status();
+  auto* info = std::get_if<protocol::JobInfo>(&*reply);
+  if (info == nullptr) {
+    return Status::Corruption(fmt::format("server answered create-job with {}",
+                                          protocol::MessageTypeName(protocol::TypeOf(*reply))));
+  }
+  auto mapping = SlotMapping::Open(*info);
+  if (!mapping.ok()) return mapping.status();
+
+  auto state = std::make_shared<Job::State>();
+  state->socket = std::move(hs->socket);
+  state->mapping = std::move(*mapping);
+  state->info = *info;
+  state->heartbeat_every = std::max(std::chrono::milliseconds(10),
+                                     std::chrono::milliseconds(hs->hello.lease_ms / 4));
+  state->silence_timeout = o.silence_timeout;
+  state->reader = std::thread([s = state.get()] { s->ReaderLoop(); });
+  return std::unique_ptr<Job>(new Job(std::move(state)));
+}
+
+}  // namespace carpool

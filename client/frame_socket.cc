@@ -1,0 +1,145 @@
+#include "client/frame_socket.h"
+
+#include <errno.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace carpool {
+namespace {
+
+Status Unavailable(const std::string& path, const std::string& what) {
+  return Status::Unavailable(fmt::format(
+      "carpool server at {} {}; check that 'carpool server' is running there and reconnect", path,
+      what));
+}
+
+}  // namespace
+
+Status StatusFromError(const protocol::Error& error) {
+  return Status(error.code, "server: " + error.message);
+}
+
+Result<std::unique_ptr<FrameSocket>> FrameSocket::Connect(const std::string& path,
+                                                          std::chrono::milliseconds io_timeout) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    return Status::InvalidArgument(fmt::format(
+        "socket path \"{}\" is empty or longer than {} bytes", path, sizeof(addr.sun_path) - 1));
+  }
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::IOError(fmt::format("socket(): {}", std::strerror(errno)));
+  std::unique_ptr<FrameSocket> s(new FrameSocket(fd, path));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return Unavailable(path, fmt::format("is not reachable ({})", std::strerror(errno)));
+  }
+  timeval tv{};
+  tv.tv_sec = io_timeout.count() / 1000;
+  tv.tv_usec = static_cast<suseconds_t>((io_timeout.count() % 1000) * 1000);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  return s;
+}
+
+FrameSocket::~FrameSocket() { ::close(fd_); }
+
+void FrameSocket::Shutdown() { ::shutdown(fd_, SHUT_RDWR); }
+
+Status FrameSocket::Send(const protocol::Message& message) {
+  auto frame = protocol::EncodeFrame(message);
+  if (!frame.ok()) return frame.status();
+  std::lock_guard lock(send_mu_);
+  size_t done = 0;
+  while (done < frame->size()) {
+    ssize_t n = ::send(fd_, frame->data() + done, frame->size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return Unavailable(path_, "did not accept a frame in time (is it hung?)");
+    }
+    if (n <= 0) return Unavailable(path_, fmt::format("is gone ({})", std::strerror(errno)));
+    done += static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+Status FrameSocket::ReadExactly(uint8_t* data, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::recv(fd_, data + done, n - done, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return Unavailable(path_, "stopped in the middle of a frame (is it hung?)");
+    }
+    if (r == 0) return Unavailable(path_, "closed the connection");
+    if (r < 0) return Unavailable(path_, fmt::format("is gone ({})", std::strerror(errno)));
+    done += static_cast<size_t>(r);
+  }
+  return Status::OK();
+}
+
+Result<std::optional<protocol::Message>> FrameSocket::Receive(std::chrono::milliseconds wait) {
+  pollfd p{fd_, POLLIN, 0};
+  int ready = ::poll(&p, 1, static_cast<int>(wait.count()));
+  if (ready < 0 && errno != EINTR) {
+    return Status::IOError(fmt::format("poll(): {}", std::strerror(errno)));
+  }
+  if (ready <= 0) return std::optional<protocol::Message>();
+  uint8_t header_bytes[protocol::kFrameHeaderBytes];
+  Status s = ReadExactly(header_bytes, sizeof(header_bytes));
+  if (!s.ok()) return s;
+  auto header = protocol::DecodeFrameHeader(header_bytes);
+  if (!header.ok()) return header.status();
+  std::vector<uint8_t> payload(header->payload_bytes);
+  s = ReadExactly(payload.data(), payload.size());
+  if (!s.ok()) return s;
+  auto message = protocol::DecodePayload(header->type, payload);
+  if (!message.ok()) return message.status();
+  return std::optional<protocol::Message>(std::move(*message));
+}
+
+Result<protocol::Message> FrameSocket::Call(const protocol::Message& request,
+                                            std::chrono::milliseconds wait) {
+  Status s = Send(request);
+  if (!s.ok()) return s;
+  auto deadline = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return Unavailable(path_, fmt::format("sent no reply to {} within {} ms",
+                                            protocol::MessageTypeName(protocol::TypeOf(request)),
+                                            wait.count()));
+    }
+    auto reply = Receive(left);
+    if (!reply.ok()) return reply.status();
+    if (!reply->has_value()) continue;
+    protocol::Message& m = **reply;
+    if (std::holds_alternative<protocol::Heartbeat>(m)) continue;
+    if (auto* e = std::get_if<protocol::Error>(&m)) return StatusFromError(*e);
+    return std::move(m);
+  }
+}
+
+Result<Handshake> ConnectAndHello(const std::string& path, std::chrono::milliseconds timeout) {
+  auto socket = FrameSocket::Connect(path, timeout);
+  if (!socket.ok()) return socket.status();
+  auto reply = (*socket)->Call(protocol::Hello{static_cast<uint32_t>(::getpid()), "carpool-cxx"},
+                               timeout);
+  if (!reply.ok()) return reply.status();
+  auto* hello = std::get_if<protocol::HelloReply>(&*reply);
+  if (hello == nullptr) {
+    return Status::Corruption(fmt::format(
+        "server at {} answered hello with {}", path,
+        protocol::MessageTypeName(protocol::TypeOf(*reply))));
+  }
+  return Handshake{std::move(*socket), *hello};
+}
+
+}  // namespace carpool

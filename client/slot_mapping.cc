@@ -1,0 +1,102 @@
+#include "client/slot_mapping.h"
+
+#include <fmt/format.h>
+
+#include <boost/interprocess/exceptions.hpp>
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <cstring>
+
+namespace carpool {
+namespace bip = boost::interprocess;
+
+Result<std::unique_ptr<SlotMapping>> SlotMapping::Open(const protocol::JobInfo& info) {
+  auto geometry = slots::ComputeGeometry(info.slot_count, info.slot_bytes);
+  if (!geometry.ok()) return geometry.status();
+  uint64_t sample_bytes = protocol::DTypeBytes(info.dtype);
+  for (uint32_t d : info.sample_shape) sample_bytes *= d;  // bounded by the protocol decoder
+  if (sample_bytes == 0 || sample_bytes > info.slot_bytes) {
+    return Status::InvalidArgument(fmt::format("a sample of {} bytes does not fit a slot of {}",
+                                               sample_bytes, info.slot_bytes));
+  }
+  std::unique_ptr<SlotMapping> m(new SlotMapping());
+  try {
+    // shm_open names carry a leading '/', Boost adds its own.
+    bip::shared_memory_object shm(bip::open_only, info.segment_name.c_str() + 1, bip::read_only);
+    bip::offset_t size = 0;
+    if (!shm.get_size(size) || static_cast<uint64_t>(size) < geometry->total_bytes) {
+      return Status::Corruption(fmt::format(
+          "batch segment {} is {} bytes, expected at least {}; the server and client disagree",
+          info.segment_name, static_cast<int64_t>(size), geometry->total_bytes));
+    }
+    m->region_ = std::make_unique<bip::mapped_region>(shm, bip::read_only, 0,
+                                                      geometry->total_bytes);
+  } catch (const bip::interprocess_exception& e) {
+    return Status::Unavailable(fmt::format("cannot map batch segment {}: {}; is the server alive?",
+                                           info.segment_name, e.what()));
+  }
+  m->base_ = static_cast<const uint8_t*>(m->region_->get_address());
+  slots::SegmentHeader h;
+  std::memcpy(&h, m->base_, sizeof(h));
+  if (h.magic != slots::kSegmentMagic || h.version != slots::kSegmentVersion ||
+      h.slot_count != info.slot_count || h.slot_bytes != info.slot_bytes ||
+      h.slot_stride != geometry->slot_stride || h.headers_offset != geometry->headers_offset ||
+      h.data_offset != geometry->data_offset || h.job_id != info.job_id) {
+    return Status::Corruption(fmt::format(
+        "batch segment {} header (magic 0x{:08x}, {} slots x {} bytes, job {}) does not match "
+        "the job info ({} slots x {} bytes, job {})",
+        info.segment_name, h.magic, h.slot_count, h.slot_bytes, h.job_id, info.slot_count,
+        info.slot_bytes, info.job_id));
+  }
+  m->slot_count_ = info.slot_count;
+  m->slot_bytes_ = info.slot_bytes;
+  m->sample_bytes_ = sample_bytes;
+  m->geometry_ = *geometry;
+  return m;
+}
+
+SlotMapping::~SlotMapping() = default;
+
+const slots::SlotHeader& SlotMapping::Header(uint32_t slot) const {
+  return *reinterpret_cast<const slots::SlotHeader*>(base_ + geometry_.headers_offset +
+                                                     uint64_t{slot} * sizeof(slots::SlotHeader));
+}
+
+uint64_t SlotMapping::Generation(uint32_t slot) const {
+  return Header(slot).generation.load(std::memory_order_acquire);
+}
+
+slots::SlotState SlotMapping::State(uint32_t slot) const {
+  return static_cast<slots::SlotState>(Header(slot).state.load(std::memory_order_acquire));
+}
+
+Result<BatchRegion> SlotMapping::View(const protocol::BatchReady& r) const {
+  if (r.slot >= slot_count_) {
+    return Status::Corruption(
+        fmt::format("batch-ready names slot {}, the segment has {}", r.slot, slot_count_));
+  }
+  uint64_t gen = Generation(r.slot);
+  if (gen != r.generation) {
+    return Status::Corruption(fmt::format("slot {} has generation {}, batch-ready says {}", r.slot,
+                                          gen, r.generation));
+  }
+  auto inside = [this](uint64_t offset, uint64_t bytes) {
+    return offset <= slot_bytes_ && bytes <= slot_bytes_ - offset;
+  };
+  if (!inside(r.images_offset, r.images_bytes) || !inside(r.labels_offset, r.labels_bytes) ||
+      !inside(r.ids_offset, r.ids_bytes)) {
+    return Status::Corruption(fmt::format("batch {} of epoch {} has a byte range outside its slot "
+                                          "of {} bytes",
+                                          r.batch_index, r.epoch, slot_bytes_));
+  }
+  if (r.images_bytes != uint64_t{r.sample_count} * sample_bytes_) {
+    return Status::Corruption(fmt::format("batch has {} image bytes, expected {} samples x {}",
+                                          r.images_bytes, r.sample_count, sample_bytes_));
+  }
+  const uint8_t* slot = base_ + geometry_.data_offset + uint64_t{r.slot} * geometry_.slot_stride;
+  return BatchRegion{slot + r.images_offset,
+                     reinterpret_cast<const int32_t*>(slot + r.labels_offset),
+                     reinterpret_cast<const uint32_t*>(slot + r.ids_offset)};
+}
+
+}  // namespace carpool

@@ -1,0 +1,59 @@
+// The client's read-only view of a job's batch slot segment (layout: batch_slot_layout.h).
+// Thread-safe after Open: it only reads shared memory. The mapping stays valid while this object
+// lives, even after the server unlinks the segment.
+#ifndef CARPOOL_CLIENT_SLOT_MAPPING_H_
+#define CARPOOL_CLIENT_SLOT_MAPPING_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "carpool/status.h"
+#include "client/batch_slot_layout.h"
+#include "client/protocol.h"
+
+namespace boost::interprocess {
+class mapped_region;
+}
+
+namespace carpool {
+
+// Pointers into one published batch; valid while the SlotMapping lives and the slot is unreleased.
+struct BatchRegion {
+  const uint8_t* images = nullptr;
+  const int32_t* labels = nullptr;
+  const uint32_t* ids = nullptr;
+};
+
+class SlotMapping {
+ public:
+  // Maps the segment named in `info` read-only and checks its header against `info`.
+  static Result<std::unique_ptr<SlotMapping>> Open(const protocol::JobInfo& info);
+  ~SlotMapping();
+  SlotMapping(const SlotMapping&) = delete;
+  SlotMapping& operator=(const SlotMapping&) = delete;
+
+  // Validates `ready` against this segment (slot index, generation, every byte range inside the
+  // slot, image bytes = sample_count * per-sample bytes) and returns pointers into it.
+  Result<BatchRegion> View(const protocol::BatchReady& ready) const;
+
+  uint32_t slot_count() const { return slot_count_; }
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  uint64_t Generation(uint32_t slot) const;  // REQUIRES: slot < slot_count()
+  slots::SlotState State(uint32_t slot) const;  // REQUIRES: slot < slot_count()
+
+ private:
+  SlotMapping() = default;
+  const slots::SlotHeader& Header(uint32_t slot) const;
+
+  std::unique_ptr<boost::interprocess::mapped_region> region_;
+  const uint8_t* base_ = nullptr;
+  uint32_t slot_count_ = 0;
+  uint64_t slot_bytes_ = 0;
+  uint64_t sample_bytes_ = 0;
+  slots::SegmentGeometry geometry_;
+};
+
+}  // namespace carpool
+
+#endif  // CARPOOL_CLIENT_SLOT_MAPPING_H_

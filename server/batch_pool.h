@@ -1,0 +1,95 @@
+// A job's CPU batch slots: one shared-memory segment (mode 0600) holding slot_count slots of fixed
+// capacity, laid out as client/batch_slot_layout.h says. The slot count is the job's prefetch
+// depth, so "a free slot exists" is exactly "the job has a credit": the engine can never have more
+// than prefetch unreleased batches. Thread-safe: the engine acquires and publishes from its
+// threads while the control plane releases from the io thread.
+//
+// Slot life: kFree --Acquire--> kWriting --Publish (generation+1)--> kPublished --Release--> kFree.
+// kWriting --Abandon--> kFree (a batch that could not be built). ReleaseAll returns every slot,
+// e.g. when the job's client died. The destructor unmaps and unlinks the segment; clients that
+// still map it keep their view until they unmap.
+#ifndef CARPOOL_SERVER_BATCH_POOL_H_
+#define CARPOOL_SERVER_BATCH_POOL_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "carpool/status.h"
+#include "client/batch_slot_layout.h"
+
+namespace boost::interprocess {
+class mapped_region;
+}
+
+namespace carpool {
+
+// A slot acquired for writing. `data` is the slot's whole data area (slot_bytes).
+struct WritableSlot {
+  uint32_t index = 0;
+  std::span<uint8_t> data;
+};
+
+class BatchPool {
+ public:
+  // The shm name for a job: "/carpool-<instance>-job-<id>". instance must be [A-Za-z0-9_-]+.
+  static std::string SegmentName(const std::string& instance, uint64_t job_id);
+
+  // Creates (exclusively; a leftover segment of the same name is removed first) and maps the
+  // segment. Fails with InvalidArgument on a bad geometry, IOError when shm is unavailable.
+  static Result<std::unique_ptr<BatchPool>> Create(const std::string& name, uint64_t job_id,
+                                                   uint32_t slot_count, uint64_t slot_bytes);
+  ~BatchPool();
+  BatchPool(const BatchPool&) = delete;
+  BatchPool& operator=(const BatchPool&) = delete;
+
+  // A free slot, or nullopt when all slots are out (no credit). Never blocks.
+  std::optional<WritableSlot> TryAcquire();
+  // Waits up to `timeout` for a free slot; nullopt on timeout or after Shutdown().
+  std::optional<WritableSlot> Acquire(std::chrono::milliseconds timeout);
+  // kWriting -> kPublished; returns the slot's new generation for the batch-ready message.
+  Result<uint64_t> Publish(uint32_t slot);
+  // kWriting -> kFree without a new generation.
+  Status Abandon(uint32_t slot);
+  // kPublished -> kFree. Fails (InvalidArgument) unless the slot is published with `generation`.
+  Status Release(uint32_t slot, uint64_t generation);
+  // Every slot back to kFree (writing slots too: call only when the job's producer has stopped).
+  void ReleaseAll();
+  // Wakes blocked Acquire calls and makes later ones return nullopt at once.
+  void Shutdown();
+
+  const std::string& name() const { return name_; }
+  uint64_t job_id() const { return job_id_; }
+  uint32_t slot_count() const { return slot_count_; }
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  uint32_t FreeCount() const;
+  uint32_t PublishedCount() const;
+
+ private:
+  BatchPool() = default;
+  slots::SlotHeader& Header(uint32_t slot);
+  WritableSlot TakeLocked(uint32_t slot);
+
+  std::string name_;
+  uint64_t job_id_ = 0;
+  uint32_t slot_count_ = 0;
+  uint64_t slot_bytes_ = 0;
+  slots::SegmentGeometry geometry_;
+  std::unique_ptr<boost::interprocess::mapped_region> region_;
+  uint8_t* base_ = nullptr;
+
+  mutable std::mutex mu_;
+  std::condition_variable freed_;
+  std::vector<slots::SlotState> state_;  // GUARDED_BY(mu_); the shm copy is for readers only
+  bool shutdown_ = false;                // GUARDED_BY(mu_)
+};
+
+}  // namespace carpool
+
+#endif  // CARPOOL_SERVER_BATCH_POOL_H_

@@ -1,0 +1,218 @@
+#include "server/batch_pool.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <thread>
+
+#include "client/slot_mapping.h"
+
+namespace carpool {
+namespace {
+
+std::string UniqueName(const char* tag) {
+  return BatchPool::SegmentName(fmt::format("test{}-{}", ::getpid(), tag), 7);
+}
+
+protocol::JobInfo InfoFor(const BatchPool& pool, std::vector<uint32_t> shape) {
+  protocol::JobInfo info;
+  info.job_id = pool.job_id();
+  info.batch_size = 4;
+  info.sample_shape = std::move(shape);
+  info.segment_name = pool.name();
+  info.slot_count = pool.slot_count();
+  info.slot_bytes = pool.slot_bytes();
+  return info;
+}
+
+// Writes a batch of `n` samples of `sample_bytes` into a slot and returns its batch-ready.
+protocol::BatchReady FillAndPublish(BatchPool& pool, uint32_t n, uint64_t sample_bytes,
+                                    uint8_t seed) {
+  auto slot = pool.TryAcquire();
+  EXPECT_TRUE(slot.has_value());
+  slots::BatchLayout l = slots::PlanBatchLayout(n, sample_bytes);
+  EXPECT_LE(l.total_bytes, slot->data.size());
+  for (uint64_t i = 0; i < l.images_bytes; ++i) slot->data[i] = static_cast<uint8_t>(seed + i);
+  for (uint32_t i = 0; i < n; ++i) {
+    int32_t label = seed + static_cast<int32_t>(i);
+    uint32_t id = 1000u * seed + i;
+    std::memcpy(slot->data.data() + l.labels_offset + 4 * i, &label, 4);
+    std::memcpy(slot->data.data() + l.ids_offset + 4 * i, &id, 4);
+  }
+  auto gen = pool.Publish(slot->index);
+  EXPECT_TRUE(gen.ok());
+  protocol::BatchReady r;
+  r.job_id = pool.job_id();
+  r.slot = slot->index;
+  r.generation = *gen;
+  r.sample_count = n;
+  r.images_offset = l.images_offset;
+  r.images_bytes = l.images_bytes;
+  r.labels_offset = l.labels_offset;
+  r.labels_bytes = l.labels_bytes;
+  r.ids_offset = l.ids_offset;
+  r.ids_bytes = l.ids_bytes;
+  return r;
+}
+
+TEST(BatchPoolTest, AcquirePublishReleaseWithGenerations) {
+  auto pool = BatchPool::Create(UniqueName("cycle"), 7, 3, 1000);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  BatchPool& p = **pool;
+  std::vector<WritableSlot> taken;
+  for (int i = 0; i < 3; ++i) {
+    auto s = p.TryAcquire();
+    ASSERT_TRUE(s.has_value());
+    EXPECT_EQ(s->data.size(), 1000u);
+    taken.push_back(*s);
+  }
+  EXPECT_FALSE(p.TryAcquire().has_value()) << "no credit left";
+  EXPECT_EQ(p.FreeCount(), 0u);
+  auto gen = p.Publish(taken[1].index);
+  ASSERT_TRUE(gen.ok());
+  EXPECT_EQ(*gen, 1u);
+  EXPECT_FALSE(p.Publish(taken[1].index).ok()) << "already published";
+  EXPECT_FALSE(p.Release(taken[1].index, 2).ok()) << "wrong generation";
+  EXPECT_FALSE(p.Release(taken[0].index, 0).ok()) << "not published";
+  EXPECT_FALSE(p.Release(99, 1).ok());
+  EXPECT_EQ(p.PublishedCount(), 1u);
+  EXPECT_TRUE(p.Release(taken[1].index, 1).ok());
+  EXPECT_FALSE(p.Release(taken[1].index, 1).ok()) << "double release";
+  auto again = p.TryAcquire();
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->index, taken[1].index);
+  EXPECT_EQ(*p.Publish(again->index), 2u) << "generation grows across reuse";
+  EXPECT_TRUE(p.Abandon(taken[0].index).ok());
+  EXPECT_FALSE(p.Abandon(taken[0].index).ok());
+  EXPECT_EQ(p.FreeCount(), 1u);
+  p.ReleaseAll();
+  EXPECT_EQ(p.FreeCount(), 3u);
+}
+
+TEST(BatchPoolTest, SegmentIsPrivateAndUnlinkedOnDestruction) {
+  std::string name = UniqueName("mode");
+  std::string path = "/dev/shm" + name;
+  {
+    auto pool = BatchPool::Create(name, 7, 2, 4096);
+    ASSERT_TRUE(pool.ok());
+    struct stat st;
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    EXPECT_GE(static_cast<uint64_t>(st.st_size), 2u * 4096);
+  }
+  struct stat st;
+  EXPECT_NE(::stat(path.c_str(), &st), 0) << "segment must be unlinked";
+}
+
+TEST(BatchPoolTest, RejectsBadGeometryAndNames) {
+  EXPECT_FALSE(BatchPool::Create(UniqueName("bad"), 7, 0, 100).ok());
+  EXPECT_FALSE(BatchPool::Create(UniqueName("bad"), 7, 2, 0).ok());
+  EXPECT_FALSE(BatchPool::Create(UniqueName("bad"), 7, 1u << 20, 1ull << 30).ok());
+  EXPECT_FALSE(BatchPool::Create("no-slash", 7, 1, 100).ok());
+  EXPECT_FALSE(BatchPool::Create("/a/b", 7, 1, 100).ok());
+}
+
+TEST(BatchPoolTest, AcquireWaitsForReleaseAndShutdownWakes) {
+  auto pool = BatchPool::Create(UniqueName("wait"), 7, 1, 64);
+  ASSERT_TRUE(pool.ok());
+  BatchPool& p = **pool;
+  auto s = p.TryAcquire();
+  ASSERT_TRUE(s.has_value());
+  uint64_t gen = *p.Publish(s->index);
+  EXPECT_FALSE(p.Acquire(std::chrono::milliseconds(20)).has_value());
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_TRUE(p.Release(s->index, gen).ok());
+  });
+  auto got = p.Acquire(std::chrono::seconds(5));
+  releaser.join();
+  ASSERT_TRUE(got.has_value());
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    p.Shutdown();
+  });
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(p.Acquire(std::chrono::seconds(5)).has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  stopper.join();
+  EXPECT_FALSE(p.TryAcquire().has_value());
+}
+
+TEST(BatchPoolTest, ForkedClientReadsTheBatchThroughAReadOnlyMapping) {
+  auto pool = BatchPool::Create(UniqueName("fork"), 7, 2, 4096);
+  ASSERT_TRUE(pool.ok());
+  protocol::JobInfo info = InfoFor(**pool, {2, 3, 4});  // 24 bytes per uint8 sample
+  protocol::BatchReady ready = FillAndPublish(**pool, 4, 24, 9);
+
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The client side: no gtest assertions here, just an exit code per failed check.
+    auto mapping = SlotMapping::Open(info);
+    if (!mapping.ok()) ::_exit(10);
+    auto view = (*mapping)->View(ready);
+    if (!view.ok()) ::_exit(11);
+    for (uint64_t i = 0; i < ready.images_bytes; ++i) {
+      if (view->images[i] != static_cast<uint8_t>(9 + i)) ::_exit(12);
+    }
+    for (uint32_t i = 0; i < 4; ++i) {
+      if (view->labels[i] != static_cast<int32_t>(9 + i) || view->ids[i] != 9000u + i) {
+        ::_exit(13);
+      }
+    }
+    if ((*mapping)->State(ready.slot) != slots::SlotState::kPublished) ::_exit(14);
+    pid_t writer = ::fork();  // a write through the mapping must fault
+    if (writer == 0) {
+      const_cast<uint8_t*>(view->images)[0] = 1;
+      ::_exit(0);
+    }
+    int ws = 0;
+    ::waitpid(writer, &ws, 0);
+    if (!WIFSIGNALED(ws) || (WTERMSIG(ws) != SIGSEGV && WTERMSIG(ws) != SIGBUS)) ::_exit(15);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "client check failed (see codes in the child)";
+}
+
+TEST(BatchPoolTest, ClientMappingRejectsInconsistentBatches) {
+  auto pool = BatchPool::Create(UniqueName("reject"), 7, 2, 4096);
+  ASSERT_TRUE(pool.ok());
+  protocol::JobInfo info = InfoFor(**pool, {24});
+  protocol::BatchReady ready = FillAndPublish(**pool, 4, 24, 1);
+  auto mapping = SlotMapping::Open(info);
+  ASSERT_TRUE(mapping.ok()) << mapping.status().ToString();
+  EXPECT_TRUE((*mapping)->View(ready).ok());
+
+  auto bad = ready;
+  bad.generation += 1;
+  EXPECT_EQ((*mapping)->View(bad).status().code(), StatusCode::kCorruption);
+  bad = ready;
+  bad.slot = 2;
+  EXPECT_FALSE((*mapping)->View(bad).ok());
+  bad = ready;
+  bad.ids_offset = 4096 - 8;
+  EXPECT_FALSE((*mapping)->View(bad).ok());
+  bad = ready;
+  bad.images_bytes = 95;
+  EXPECT_FALSE((*mapping)->View(bad).ok());
+
+  auto wrong = info;
+  wrong.slot_count = 3;
+  EXPECT_FALSE(SlotMapping::Open(wrong).ok());
+  wrong = info;
+  wrong.job_id = 8;
+  EXPECT_EQ(SlotMapping::Open(wrong).status().code(), StatusCode::kCorruption);
+  wrong = info;
+  wrong.segment_name = UniqueName("missing");
+  EXPECT_EQ(SlotMapping::Open(wrong).status().code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace carpool
