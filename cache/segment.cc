@@ -272,8 +272,7 @@ Status SegmentReader::CheckBounds(const SlotRef& ref) const {
       ref.offset, ref.generation, ref.bytes, h->data_offset, data_end));
 }
 
-bool SegmentReader::Valid(const SlotRef& ref) const {
-  if (!CheckBounds(ref).ok()) return false;
+bool SegmentReader::Current(const SlotRef& ref) const {
   const auto* table = reinterpret_cast<const std::atomic<uint64_t>*>(base_ +
                                                                      header_->page_table_offset);
   uint64_t page = (ref.offset - header_->data_offset) / header_->page_bytes;
@@ -285,15 +284,22 @@ bool SegmentReader::Valid(const SlotRef& ref) const {
          slot->payload_bytes == ref.bytes;
 }
 
+bool SegmentReader::Valid(const SlotRef& ref) const {
+  return CheckBounds(ref).ok() && Current(ref);
+}
+
+namespace {
+Status StaleSlot(const SlotRef& ref, std::string_view when) {
+  return Status::Unavailable(fmt::format(
+      "slot at offset {} no longer holds generation {} ({}); look the sample up again",
+      ref.offset, ref.generation, when));
+}
+}  // namespace
+
 Result<std::span<const uint8_t>> SegmentReader::View(const SlotRef& ref) const {
   Status bounds = CheckBounds(ref);
   if (!bounds.ok()) return bounds;
-  if (!Valid(ref)) {
-    return Status::Unavailable(fmt::format(
-        "slot at offset {} no longer holds generation {} (evicted or reused); look the sample up "
-        "again",
-        ref.offset, ref.generation));
-  }
+  if (!Current(ref)) return StaleSlot(ref, "evicted or reused");
   return std::span<const uint8_t>(base_ + ref.offset + kSlotHeaderBytes, ref.bytes);
 }
 
@@ -302,14 +308,11 @@ Result<uint64_t> SegmentReader::Read(const SlotRef& ref, std::span<uint8_t> dst)
     return Status::InvalidArgument(
         fmt::format("destination holds {} bytes, the slot {}", dst.size(), ref.bytes));
   }
-  Result<std::span<const uint8_t>> view = View(ref);
-  if (!view.ok()) return view.status();
-  std::memcpy(dst.data(), view->data(), view->size());
-  if (!Valid(ref)) {
-    return Status::Unavailable(fmt::format(
-        "slot at offset {} was reused while being read (generation {}); look the sample up again",
-        ref.offset, ref.generation));
-  }
+  Status bounds = CheckBounds(ref);
+  if (!bounds.ok()) return bounds;
+  if (!Current(ref)) return StaleSlot(ref, "evicted or reused");
+  std::memcpy(dst.data(), base_ + ref.offset + kSlotHeaderBytes, ref.bytes);
+  if (!Current(ref)) return StaleSlot(ref, "reused while being read");
   return ref.bytes;
 }
 

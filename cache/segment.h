@@ -90,6 +90,7 @@ class SegmentReader {
  private:
   SegmentReader() = default;
   Status CheckBounds(const SlotRef& ref) const;
+  bool Current(const SlotRef& ref) const;  // generation checks; REQUIRES: CheckBounds(ref).ok()
   const uint8_t* base_ = nullptr;
   const SegmentHeader* header_ = nullptr;
   std::unique_ptr<SegmentMapping> mapping_;
