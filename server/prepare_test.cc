@@ -125,6 +125,21 @@ TEST(PrepareTest, GrayscalePngAndUpscaleEqualOpenCvExactly) {
   ExpectExact(*up, Reference(png, 80, 80, 3));
 }
 
+TEST(PrepareTest, ProgressiveJpegDecodesAndTruncationIsCaught) {
+  std::vector<uint8_t> jpeg;
+  ASSERT_TRUE(cv::imencode(".jpg", MakePhoto(400, 300, 12), jpeg,
+                           {cv::IMWRITE_JPEG_QUALITY, 90, cv::IMWRITE_JPEG_PROGRESSIVE, 1}));
+  Result<PreparedImage> full = PrepareSample(Spec(200, 200), jpeg);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  ExpectExact(*full, Reference(jpeg, 200, 200, 3));
+  ASSERT_EQ(ReducedDecodeFactor(Spec(64, 64), 400, 300), 4);
+  Result<PreparedImage> reduced = PrepareSample(Spec(64, 64), jpeg);
+  ASSERT_TRUE(reduced.ok()) << reduced.status().ToString();
+  EXPECT_GT(cv::PSNR(AsMat(*reduced), Reference(jpeg, 64, 64, 3)), 35.0);
+  const std::vector<uint8_t> cut(jpeg.begin(), jpeg.begin() + jpeg.size() * 3 / 4);
+  EXPECT_EQ(PrepareSample(Spec(64, 64), cut).status().code(), StatusCode::kCorruption);
+}
+
 TEST(PrepareTest, OutputIsRgb) {
   cv::Mat red(16, 16, CV_8UC3, cv::Scalar(0, 0, 255));  // BGR red
   Result<PreparedImage> got = PrepareSample(Spec(0, 0), Encode(red, ".png"));
@@ -173,6 +188,26 @@ TEST(PrepareTest, ShapeForMatchesPrepareAndDoesNotDependOnReduction) {
   Result<PreparedShape> too_small = PrepareInto(spec, jpeg, small);
   EXPECT_EQ(too_small.status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(std::all_of(small.begin(), small.end(), [](uint8_t b) { return b == 0xAB; }));
+}
+
+TEST(PrepareTest, ShapesAgreeWithTheReferenceOverRandomSizes) {
+  std::mt19937 rng(13);
+  int reduced = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const int w = 40 + static_cast<int>(rng() % 600);
+    const int h = 40 + static_cast<int>(rng() % 600);
+    const int resize = 8 + static_cast<int>(rng() % (std::min(w, h) - 8));
+    const std::vector<uint8_t> jpeg = Encode(MakePhoto(w, h, 100 + trial), ".jpg");
+    SCOPED_TRACE(testing::Message() << w << "x" << h << " resize=" << resize);
+    reduced += ReducedDecodeFactor(Spec(resize, 0), w, h) > 1;
+    Result<PreparedShape> shape = PreparedShapeFor(Spec(resize, 0), jpeg);
+    Result<PreparedImage> got = PrepareSample(Spec(resize, 0), jpeg);
+    ASSERT_TRUE(shape.ok() && got.ok()) << got.status().ToString();
+    const cv::Mat want = Reference(jpeg, resize, 0, 3);
+    EXPECT_EQ(*shape, (PreparedShape{want.rows, want.cols, 3}));
+    EXPECT_EQ(got->shape, *shape);
+  }
+  EXPECT_GT(reduced, 5);  // the sizes exercise the reduced path too
 }
 
 TEST(PrepareTest, ShapeForOtherFormatsDecodes) {
