@@ -14,6 +14,25 @@
 namespace carpool {
 namespace bip = boost::interprocess;
 
+protocol::BatchReady MakeBatchReady(uint64_t job_id, uint32_t slot, uint64_t generation,
+                                    uint32_t epoch, uint64_t batch_index, uint32_t samples,
+                                    const slots::BatchLayout& layout) {
+  protocol::BatchReady r;
+  r.job_id = job_id;
+  r.slot = slot;
+  r.generation = generation;
+  r.epoch = epoch;
+  r.batch_index = batch_index;
+  r.sample_count = samples;
+  r.images_offset = layout.images_offset;
+  r.images_bytes = layout.images_bytes;
+  r.labels_offset = layout.labels_offset;
+  r.labels_bytes = layout.labels_bytes;
+  r.ids_offset = layout.ids_offset;
+  r.ids_bytes = layout.ids_bytes;
+  return r;
+}
+
 std::string BatchPool::SegmentName(const std::string& instance, uint64_t job_id) {
   return fmt::format("/carpool-{}-job-{}", instance, job_id);
 }

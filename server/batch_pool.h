@@ -23,6 +23,7 @@
 
 #include "carpool/status.h"
 #include "client/batch_slot_layout.h"
+#include "client/protocol.h"
 
 namespace boost::interprocess {
 class mapped_region;
@@ -35,6 +36,12 @@ struct WritableSlot {
   uint32_t index = 0;
   std::span<uint8_t> data;
 };
+
+// The batch-ready message for a published slot whose batch of `samples` samples was placed as
+// `layout` (slots::PlanBatchLayout) says. skipped is left 0 for the caller to fill in.
+protocol::BatchReady MakeBatchReady(uint64_t job_id, uint32_t slot, uint64_t generation,
+                                    uint32_t epoch, uint64_t batch_index, uint32_t samples,
+                                    const slots::BatchLayout& layout);
 
 class BatchPool {
  public:

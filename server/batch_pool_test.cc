@@ -45,18 +45,7 @@ protocol::BatchReady FillAndPublish(BatchPool& pool, uint32_t n, uint64_t sample
   }
   auto gen = pool.Publish(slot->index);
   EXPECT_TRUE(gen.ok());
-  protocol::BatchReady r;
-  r.job_id = pool.job_id();
-  r.slot = slot->index;
-  r.generation = *gen;
-  r.sample_count = n;
-  r.images_offset = l.images_offset;
-  r.images_bytes = l.images_bytes;
-  r.labels_offset = l.labels_offset;
-  r.labels_bytes = l.labels_bytes;
-  r.ids_offset = l.ids_offset;
-  r.ids_bytes = l.ids_bytes;
-  return r;
+  return MakeBatchReady(pool.job_id(), slot->index, *gen, 0, 0, n, l);
 }
 
 TEST(BatchPoolTest, AcquirePublishReleaseWithGenerations) {

@@ -1,0 +1,77 @@
+// The server's control plane: an Asio unix-socket listener (mode 0600) on one io thread, with one
+// Session per connection (server/session.h), in the shape of Asio's HTTP server example.
+// Thread-safe: Create/Stop may be called from any thread; everything else runs on the io thread.
+#ifndef CARPOOL_SERVER_CONTROL_PLANE_H_
+#define CARPOOL_SERVER_CONTROL_PLANE_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+
+#include "carpool/status.h"
+#include "server/job_service.h"
+
+namespace carpool {
+
+class Session;
+
+struct ControlPlaneOptions {
+  std::string socket_path;
+  std::string instance;                    // names the server in hello replies and segments
+  std::chrono::milliseconds lease{2000};   // a session silent this long is closed
+  uint32_t max_jobs = 64;
+  uint32_t max_sessions = 256;
+  uint32_t max_batch_size = 65536;
+  uint32_t max_prefetch = 64;
+};
+
+class ControlPlane {
+ public:
+  // Binds the socket and starts the io thread. A stale socket file (nobody listening) is
+  // replaced; a live server on the path is FailedPrecondition, as is a path that is not a socket.
+  // `service` must outlive the ControlPlane.
+  static Result<std::unique_ptr<ControlPlane>> Start(ControlPlaneOptions options,
+                                                     JobService* service);
+  ~ControlPlane();  // Stop()
+  ControlPlane(const ControlPlane&) = delete;
+  ControlPlane& operator=(const ControlPlane&) = delete;
+
+  // Closes the listener and every session (each job gets RemoveJob), joins the io thread and
+  // removes the socket file. Idempotent.
+  void Stop();
+
+  const ControlPlaneOptions& options() const { return options_; }
+  JobService& service() { return *service_; }
+  uint32_t job_count() const { return jobs_.load(); }
+
+  // For sessions (io thread only).
+  bool TryAddJob();
+  void RemovedJob() { jobs_.fetch_sub(1); }
+  void SessionClosed(const std::shared_ptr<Session>& session);
+
+ private:
+  ControlPlane(ControlPlaneOptions options, JobService* service);
+  Status Listen();
+  void Accept();
+
+  ControlPlaneOptions options_;
+  JobService* service_;
+  boost::asio::io_context io_;
+  boost::asio::local::stream_protocol::acceptor acceptor_;
+  std::set<std::shared_ptr<Session>> sessions_;  // io thread only
+  std::atomic<uint32_t> jobs_{0};
+  std::thread thread_;
+  bool bound_ = false;    // we created the socket file
+  bool stopped_ = false;  // touched only by Start and Stop's caller
+};
+
+}  // namespace carpool
+
+#endif  // CARPOOL_SERVER_CONTROL_PLANE_H_

@@ -1,0 +1,259 @@
+#include "server/session.h"
+
+#include <fmt/format.h>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+
+#include "carpool/log.h"
+#include "server/control_plane.h"
+
+namespace carpool {
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+Session::Session(asio::local::stream_protocol::socket socket, ControlPlane& plane)
+    : socket_(std::move(socket)), lease_timer_(socket_.get_executor()), plane_(plane) {}
+
+void Session::Start() {
+  last_heard_ = Clock::now();
+  ArmLeaseTimer();
+  ReadHeader();
+}
+
+void Session::ArmLeaseTimer() {
+  auto lease = plane_.options().lease;
+  lease_timer_.expires_after(std::max(lease / 4, std::chrono::milliseconds(5)));
+  lease_timer_.async_wait([self = shared_from_this(), lease](const boost::system::error_code& ec) {
+    if (ec || self->closed_) return;
+    auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
+                                                                        self->last_heard_);
+    if (silent > lease) {
+      self->Close(fmt::format("lease expired: no frame for {} ms (lease {} ms)", silent.count(),
+                              lease.count()));
+      return;
+    }
+    self->ArmLeaseTimer();
+  });
+}
+
+void Session::ReadHeader() {
+  asio::async_read(socket_, asio::buffer(header_),
+                   [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                     if (self->closed_) return;
+                     if (ec) {
+                       self->Close(ec == asio::error::eof ? "client disconnected"
+                                                          : "read failed: " + ec.message());
+                       return;
+                     }
+                     self->last_heard_ = Clock::now();
+                     auto header = protocol::DecodeFrameHeader(self->header_);
+                     if (!header.ok()) return self->Reject(header.status());
+                     self->ReadPayload(header->type, header->payload_bytes);
+                   });
+}
+
+void Session::ReadPayload(protocol::MessageType type, uint32_t bytes) {
+  payload_.resize(bytes);  // bytes <= kMaxPayloadBytes, checked by DecodeFrameHeader
+  asio::async_read(
+      socket_, asio::buffer(payload_),
+      [self = shared_from_this(), type](const boost::system::error_code& ec, size_t) {
+        if (self->closed_) return;
+        if (ec) {
+          self->Close("connection lost inside a frame: " + ec.message());
+          return;
+        }
+        auto message = protocol::DecodePayload(type, self->payload_);
+        if (!message.ok()) return self->Reject(message.status());
+        self->Dispatch(std::move(*message));
+        if (!self->closed_ && !self->closing_) self->ReadHeader();
+      });
+}
+
+void Session::Dispatch(protocol::Message message) {
+  using namespace protocol;
+  if (!said_hello_ && !std::holds_alternative<Hello>(message)) {
+    return Reject(Status::InvalidArgument(fmt::format(
+        "the first frame must be hello, got {}", MessageTypeName(TypeOf(message)))));
+  }
+  if (auto* hello = std::get_if<Hello>(&message)) {
+    if (said_hello_) return Reject(Status::InvalidArgument("a second hello on one connection"));
+    said_hello_ = true;
+    log::Debug("session: hello from pid {} ({})", hello->pid, hello->client_name);
+    const ControlPlaneOptions& o = plane_.options();
+    return Reply(HelloReply{o.instance, static_cast<uint32_t>(o.lease.count()), kMaxPayloadBytes,
+                            o.max_batch_size, o.max_prefetch});
+  }
+  if (auto* create = std::get_if<CreateJob>(&message)) return OnCreateJob(*create);
+  if (auto* release = std::get_if<Release>(&message)) return OnRelease(*release);
+  if (std::holds_alternative<Heartbeat>(message)) return Reply(Heartbeat{});
+  if (auto* stats = std::get_if<StatsRequest>(&message)) {
+    if (stats->job_id != 0 && stats->job_id != job_id_.value_or(0)) {
+      return Reply(Error{StatusCode::kNotFound,
+                         fmt::format("job {} does not belong to this connection; ask for job 0 "
+                                     "(server-wide) or this connection's job",
+                                     stats->job_id)});
+    }
+    return Reply(StatsReply{plane_.service().Stats(stats->job_id)});
+  }
+  if (std::holds_alternative<Bye>(message)) return Close("bye");
+  Reject(Status::InvalidArgument(
+      fmt::format("a client may not send {} frames", MessageTypeName(TypeOf(message)))));
+}
+
+void Session::OnCreateJob(const protocol::CreateJob& r) {
+  const ControlPlaneOptions& o = plane_.options();
+  auto fail = [this](StatusCode code, std::string message) {
+    Reply(protocol::Error{code, std::move(message)});
+  };
+  if (job_id_) {
+    return fail(StatusCode::kFailedPrecondition,
+                fmt::format("this connection already runs job {}; open one connection per job",
+                            *job_id_));
+  }
+  if (r.dataset.empty()) return fail(StatusCode::kInvalidArgument, "the dataset name is empty");
+  if (r.batch_size == 0 || r.batch_size > o.max_batch_size) {
+    return fail(StatusCode::kInvalidArgument,
+                fmt::format("batch size {} is out of range; use 1..{}", r.batch_size,
+                            o.max_batch_size));
+  }
+  if (r.prefetch == 0 || r.prefetch > o.max_prefetch) {
+    return fail(StatusCode::kInvalidArgument,
+                fmt::format("prefetch {} is out of range; use 1..{}", r.prefetch, o.max_prefetch));
+  }
+  if (r.epochs == 0) return fail(StatusCode::kInvalidArgument, "epochs is 0; use 1 or more");
+  if (!plane_.TryAddJob()) {
+    return fail(StatusCode::kResourceExhausted,
+                fmt::format("the server already runs its limit of {} jobs; retry when one ends",
+                            o.max_jobs));
+  }
+  auto info = plane_.service().CreateJob(r, shared_from_this());
+  if (!info.ok()) {
+    plane_.RemovedJob();
+    return fail(info.status().code(), info.status().message());
+  }
+  job_id_ = info->job_id;
+  credits_ = r.prefetch;
+  log::Info("job {} created: dataset {} batch {} epochs {} prefetch {}", info->job_id, r.dataset,
+            r.batch_size, r.epochs, r.prefetch);
+  Reply(*info);
+}
+
+void Session::OnRelease(const protocol::Release& r) {
+  if (!job_id_ || r.job_id != *job_id_) {
+    return Reject(Status::InvalidArgument(
+        fmt::format("release for job {}, but this connection's job is {}", r.job_id,
+                    job_id_ ? std::to_string(*job_id_) : "none")));
+  }
+  if (unreleased_.erase({r.slot, r.generation}) == 0) {
+    return Reject(Status::InvalidArgument(
+        fmt::format("release of slot {} generation {}, which job {} does not hold", r.slot,
+                    r.generation, *job_id_)));
+  }
+  Status s = plane_.service().Release(*job_id_, r.slot, r.generation);
+  if (!s.ok()) {
+    log::Error("job {}: release of slot {} failed: {}", *job_id_, r.slot, s.ToString());
+    Reply(protocol::Error{s.code(), s.message()});
+  }
+}
+
+void Session::Reject(const Status& status) {
+  log::Warn("closing a session after a protocol violation: {}", status.message());
+  Reply(protocol::Error{status.code(), status.message()});
+  closing_ = true;
+  if (!writing_) Close("protocol violation");
+}
+
+void Session::Reply(const protocol::Message& message) {
+  auto frame = protocol::EncodeFrame(message);
+  if (!frame.ok()) {
+    log::Error("cannot encode a {} reply: {}",
+               protocol::MessageTypeName(protocol::TypeOf(message)), frame.status().message());
+    frame = protocol::EncodeFrame(protocol::Error{StatusCode::kInternal,
+                                                  "reply could not be encoded; see server log"});
+  }
+  QueueFrame(std::move(*frame));
+}
+
+void Session::QueueFrame(std::vector<uint8_t> frame) {
+  if (closed_) return;
+  outbox_.push_back(std::move(frame));
+  if (!writing_) WriteNext();
+}
+
+void Session::WriteNext() {
+  if (outbox_.empty()) {
+    writing_ = false;
+    if (closing_) Close("protocol violation");
+    return;
+  }
+  writing_ = true;
+  asio::async_write(socket_, asio::buffer(outbox_.front()),
+                    [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                      if (self->closed_) return;
+                      if (ec) return self->Close("write failed: " + ec.message());
+                      self->outbox_.pop_front();
+                      self->WriteNext();
+                    });
+}
+
+void Session::Close(const std::string& reason) {
+  if (closed_) return;
+  closed_ = true;
+  boost::system::error_code ignored;
+  lease_timer_.cancel();
+  socket_.shutdown(asio::socket_base::shutdown_both, ignored);
+  socket_.close(ignored);
+  outbox_.clear();
+  if (job_id_) {
+    log::Info("job {} removed: {}", *job_id_, reason);
+    plane_.service().RemoveJob(*job_id_);
+    plane_.RemovedJob();
+    job_id_.reset();
+  } else {
+    log::Debug("session closed: {}", reason);
+  }
+  unreleased_.clear();
+  plane_.SessionClosed(shared_from_this());
+}
+
+void Session::SendBatch(const protocol::BatchReady& batch) {
+  if (closed_ || !job_id_ || batch.job_id != *job_id_) return;
+  if (unreleased_.size() >= credits_) {
+    log::Error("job {}: engine delivered a batch beyond the {} credits; returning slot {}",
+               *job_id_, credits_, batch.slot);
+    Status s = plane_.service().Release(*job_id_, batch.slot, batch.generation);
+    if (!s.ok()) log::Error("job {}: {}", *job_id_, s.ToString());
+    return;
+  }
+  unreleased_.insert({batch.slot, batch.generation});
+  Reply(batch);
+}
+
+void Session::DeliverBatch(const protocol::BatchReady& batch) {
+  asio::post(socket_.get_executor(),
+             [self = shared_from_this(), batch] { self->SendBatch(batch); });
+}
+
+void Session::PostFrame(const protocol::Message& message) {
+  asio::post(socket_.get_executor(), [self = shared_from_this(), message] {
+    if (!self->closed_ && self->job_id_) self->Reply(message);
+  });
+}
+
+void Session::DeliverEndOfData(uint32_t epochs_completed) {
+  // job_id_ is read on the io thread inside PostFrame's handler; fill it in there.
+  asio::post(socket_.get_executor(), [self = shared_from_this(), epochs_completed] {
+    if (!self->closed_ && self->job_id_) {
+      self->Reply(protocol::EndOfData{*self->job_id_, epochs_completed});
+    }
+  });
+}
+
+void Session::DeliverError(const Status& status) {
+  StatusCode code = status.ok() ? StatusCode::kInternal : status.code();
+  PostFrame(protocol::Error{code, status.message()});
+}
+
+}  // namespace carpool

@@ -1,0 +1,71 @@
+// One client connection: reads and validates frames, dispatches them to the JobService, enforces
+// the lease and the job's credits, and writes replies and the engine's batches in order.
+// Thread contract: everything runs on the control plane's io thread, except the JobSink methods,
+// which may be called from any thread and post to it.
+#ifndef CARPOOL_SERVER_SESSION_H_
+#define CARPOOL_SERVER_SESSION_H_
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "client/protocol.h"
+#include "server/job_service.h"
+
+namespace carpool {
+
+class ControlPlane;
+
+class Session : public JobSink, public std::enable_shared_from_this<Session> {
+ public:
+  Session(boost::asio::local::stream_protocol::socket socket, ControlPlane& plane);
+  void Start();
+  // Closes the socket now and removes the job, if any (io thread only). Idempotent.
+  void Close(const std::string& reason);
+
+  void DeliverBatch(const protocol::BatchReady& batch) override;
+  void DeliverEndOfData(uint32_t epochs_completed) override;
+  void DeliverError(const Status& status) override;
+
+ private:
+  void ReadHeader();
+  void ReadPayload(protocol::MessageType type, uint32_t bytes);
+  void Dispatch(protocol::Message message);
+  void OnCreateJob(const protocol::CreateJob& request);
+  void OnRelease(const protocol::Release& release);
+  // Sends an error and closes once it is written: for protocol violations.
+  void Reject(const Status& status);
+  void Reply(const protocol::Message& message);
+  void QueueFrame(std::vector<uint8_t> frame);
+  void WriteNext();
+  void PostFrame(const protocol::Message& message);  // any thread
+  void SendBatch(const protocol::BatchReady& batch);  // io thread
+  void ArmLeaseTimer();
+
+  boost::asio::local::stream_protocol::socket socket_;
+  boost::asio::steady_timer lease_timer_;
+  ControlPlane& plane_;
+  uint8_t header_[protocol::kFrameHeaderBytes];
+  std::vector<uint8_t> payload_;
+  std::deque<std::vector<uint8_t>> outbox_;
+  bool writing_ = false;
+  bool closing_ = false;  // close once the outbox drains
+  bool closed_ = false;
+  bool said_hello_ = false;
+  std::chrono::steady_clock::time_point last_heard_;
+  std::optional<uint64_t> job_id_;
+  uint32_t credits_ = 0;  // the job's prefetch depth
+  std::set<std::pair<uint32_t, uint64_t>> unreleased_;  // (slot, generation) delivered
+};
+
+}  // namespace carpool
+
+#endif  // CARPOOL_SERVER_SESSION_H_

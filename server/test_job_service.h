@@ -1,0 +1,62 @@
+// Test-only JobService: produces deterministic batches into real BatchPools, one producer thread
+// per job, so the control plane and the client can be tested with real sockets, shared memory
+// and processes before the engine exists. Thread-safe.
+//
+// Datasets: "digits" (50 samples) and "tiny" (5). Sample id i of epoch e has label i % 10 and a
+// 2x2x1 uint8 image whose byte k is (i * 3 + e + k) & 0xff. Ids come in order 0..n-1 each epoch.
+#ifndef CARPOOL_SERVER_TEST_JOB_SERVICE_H_
+#define CARPOOL_SERVER_TEST_JOB_SERVICE_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "server/batch_pool.h"
+#include "server/job_service.h"
+
+namespace carpool {
+
+inline uint8_t TestImageByte(uint32_t id, uint32_t epoch, uint32_t k) {
+  return static_cast<uint8_t>(id * 3 + epoch + k);
+}
+inline constexpr uint32_t kTestSampleBytes = 4;
+
+class TestJobService : public JobService {
+ public:
+  explicit TestJobService(std::string instance) : instance_(std::move(instance)) {}
+  ~TestJobService() override;
+
+  Result<protocol::JobInfo> CreateJob(const protocol::CreateJob& request,
+                                      std::shared_ptr<JobSink> sink) override;
+  Status Release(uint64_t job_id, uint32_t slot, uint64_t generation) override;
+  void RemoveJob(uint64_t job_id) override;
+  // {"active_jobs":N,"removed_jobs":M} or, for a job,
+  // {"job":ID,"delivered":D,"unreleased":U,"max_unreleased":X}.
+  std::string Stats(uint64_t job_id) override;
+
+ private:
+  struct Job {
+    protocol::CreateJob request;
+    protocol::JobInfo info;
+    std::shared_ptr<JobSink> sink;
+    std::unique_ptr<BatchPool> pool;
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> delivered{0};
+    std::atomic<uint32_t> max_unreleased{0};
+    std::thread producer;
+  };
+  void Produce(Job& job);
+
+  std::string instance_;
+  std::mutex mu_;
+  std::map<uint64_t, std::shared_ptr<Job>> jobs_;  // GUARDED_BY(mu_)
+  uint64_t next_id_ = 1;                           // GUARDED_BY(mu_)
+  uint64_t removed_ = 0;                           // GUARDED_BY(mu_)
+};
+
+}  // namespace carpool
+
+#endif  // CARPOOL_SERVER_TEST_JOB_SERVICE_H_
