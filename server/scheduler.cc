@@ -1,0 +1,291 @@
+#include "server/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <queue>
+#include <tuple>
+#include <unordered_set>
+
+namespace carpool {
+
+namespace {
+constexpr double kMinRate = 1e-9;  // keeps deadlines finite for a job that stopped consuming
+}  // namespace
+
+struct Scheduler::Job {
+  JobId id = 0;
+  uint32_t epochs = 0;
+  uint32_t epoch = 0;  // the epoch whose R is in the tree
+  uint64_t prefetch = 0;
+  std::deque<Decision> queue;
+  uint64_t head_seq = 0;  // absolute sequence number of queue.front()
+  uint64_t delivered = 0;
+  // Rate measure: deliveries and elapsed time, both decayed by exp(-age / time constant). The
+  // first delivery only starts the clock.
+  bool started = false;
+  double last_delivery = 0;
+  double weighted_samples = 0;
+  double weighted_time = 0;
+  double rate = 0;  // at the scheduler's clock, refreshed by RefreshRates
+  bool measured() const { return weighted_time > 0 && weighted_samples > 0; }
+};
+
+Scheduler::Scheduler(const SchedulerOptions& options, RefCountSink* sink)
+    : options_(options), sink_(sink), tree_(options.seed) {
+  options_.lookahead = std::max<uint64_t>(options_.lookahead, 1);
+  if (!(options_.rate_time_constant > 0)) options_.rate_time_constant = 10.0;
+  if (!(options_.prior_rate > 0)) options_.prior_rate = 1.0;
+}
+
+Scheduler::~Scheduler() = default;
+
+Scheduler::Job* Scheduler::Find(JobId job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+void Scheduler::Report(SampleId sample, int64_t delta) const {
+  if (sink_ != nullptr) sink_->AddRef(sample, delta);
+}
+
+void Scheduler::ReportAll(const Roaring& set, int64_t delta) const {
+  if (sink_ == nullptr) return;
+  for (uint32_t s : set) sink_->AddRef(s, delta);
+}
+
+Status Scheduler::AddJob(JobId job, const Roaring& dataset, uint32_t epochs,
+                         uint64_t prefetch_samples, double now) {
+  if (Contains(job)) return Status::AlreadyExists(fmt::format("job {} is already scheduled", job));
+  if (epochs == 0 || prefetch_samples == 0) {
+    return Status::InvalidArgument(
+        fmt::format("job {}: epochs ({}) and prefetch ({} samples) must be at least 1", job, epochs,
+                    prefetch_samples));
+  }
+  Status s = tree_.AddJob(job, dataset);
+  if (!s.ok()) return s;
+  auto state = std::make_unique<Job>();
+  state->id = job;
+  state->epochs = epochs;
+  state->prefetch = std::min(prefetch_samples, options_.lookahead);
+  jobs_.emplace(job, std::move(state));
+  ReportAll(dataset, +1);
+  now_ = std::max(now_, now);
+  RefreshRates();
+  return Status::OK();
+}
+
+Status Scheduler::RemoveJob(JobId id) {
+  Job* job = Find(id);
+  if (job == nullptr) return Status::NotFound(fmt::format("job {} is not scheduled", id));
+  ReportAll(*tree_.RemainingSet(id), -1);
+  uint64_t seq = job->head_seq;
+  for (const Decision& d : job->queue) {
+    DropUse(d.sample, job, seq++);
+    Report(d.sample, -1);
+  }
+  Status s = tree_.RemoveJob(id);
+  jobs_.erase(id);
+  RefreshRates();
+  return s;
+}
+
+bool Scheduler::HasWork(const Job& job) const {
+  return tree_.Remaining(job.id) > 0 || job.epoch + 1 < job.epochs;
+}
+
+void Scheduler::MaybeResetEpoch(Job& job) {
+  if (tree_.Remaining(job.id) > 0 || job.epoch + 1 >= job.epochs) return;
+  Status s = tree_.ResetEpoch(job.id);
+  if (!s.ok()) return;  // cannot happen: the job is in the tree
+  ++job.epoch;
+  ReportAll(*tree_.RemainingSet(job.id), +1);
+}
+
+uint64_t Scheduler::Tick(double now, std::vector<Assignment>* decided) {
+  now_ = std::max(now_, now);
+  RefreshRates();
+  uint64_t rounds = 0;
+  for (;;) {
+    bool triggered = false;
+    for (const auto& [id, job] : jobs_) {
+      if (job->queue.size() < job->prefetch && HasWork(*job)) triggered = true;
+    }
+    if (!triggered) break;
+    participants_.clear();
+    for (auto& [id, job] : jobs_) {
+      if (job->queue.size() >= options_.lookahead) continue;  // masked
+      MaybeResetEpoch(*job);
+      if (tree_.Remaining(id) > 0) participants_.push_back(id);
+    }
+    round_.clear();
+    tree_.RunRound(participants_, &round_);
+    for (const Assignment& a : round_) {
+      for (JobId id : a.jobs) {
+        Job* job = Find(id);
+        AddUse(a.sample, job, job->head_seq + job->queue.size());
+        job->queue.push_back(Decision{a.sample, job->epoch});
+      }
+    }
+    if (decided != nullptr) decided->insert(decided->end(), round_.begin(), round_.end());
+    ++rounds;
+  }
+  rounds_ += rounds;
+  return rounds;
+}
+
+bool Scheduler::NextBatch(JobId id, size_t b, std::vector<Decision>* out) const {
+  out->clear();
+  const Job* job = Find(id);
+  if (job == nullptr || job->queue.empty() || b == 0) return false;
+  const uint32_t epoch = job->queue.front().epoch;
+  size_t k = 0;
+  while (k < b && k < job->queue.size() && job->queue[k].epoch == epoch) ++k;
+  const bool epoch_decided = epoch < job->epoch || tree_.Remaining(id) == 0;
+  if (k < b && !epoch_decided) return false;
+  out->assign(job->queue.begin(), job->queue.begin() + static_cast<ptrdiff_t>(k));
+  return true;
+}
+
+const std::deque<Decision>* Scheduler::Queue(JobId id) const {
+  const Job* job = Find(id);
+  return job == nullptr ? nullptr : &job->queue;
+}
+
+Status Scheduler::Consume(JobId id, size_t n, double now) {
+  Job* job = Find(id);
+  if (job == nullptr) return Status::NotFound(fmt::format("job {} is not scheduled", id));
+  if (n > job->queue.size()) {
+    return Status::InvalidArgument(
+        fmt::format("job {}: cannot deliver {} samples, only {} are decided; run Tick first", id, n,
+                    job->queue.size()));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    SampleId sample = job->queue.front().sample;
+    DropUse(sample, job, job->head_seq);
+    job->queue.pop_front();
+    ++job->head_seq;
+    Report(sample, -1);
+  }
+  job->delivered += n;
+  now_ = std::max(now_, now);
+  if (n > 0) {
+    if (!job->started) {
+      job->started = true;
+    } else {
+      const double dt = std::max(0.0, now_ - job->last_delivery);
+      const double decay = std::exp(-dt / options_.rate_time_constant);
+      job->weighted_samples = job->weighted_samples * decay + static_cast<double>(n);
+      job->weighted_time = job->weighted_time * decay + dt;
+    }
+    job->last_delivery = now_;
+  }
+  RefreshRates();
+  return Status::OK();
+}
+
+bool Scheduler::Finished(JobId id) const {
+  const Job* job = Find(id);
+  return job != nullptr && job->queue.empty() && !HasWork(*job);
+}
+
+void Scheduler::RefreshRates() {
+  double sum = 0;
+  int measured = 0;
+  for (auto& [id, job] : jobs_) {
+    if (!job->measured()) continue;
+    // Time since the last delivery counts as time without deliveries, so a stalled job slows.
+    const double idle = std::max(0.0, now_ - job->last_delivery);
+    const double decay = std::exp(-idle / options_.rate_time_constant);
+    job->rate =
+        std::max(kMinRate, job->weighted_samples * decay / (job->weighted_time * decay + idle));
+    sum += job->rate;
+    ++measured;
+  }
+  const double prior = measured > 0 ? sum / measured : options_.prior_rate;
+  for (auto& [id, job] : jobs_) {
+    if (!job->measured()) job->rate = prior;
+  }
+}
+
+void Scheduler::AddUse(SampleId sample, Job* job, uint64_t seq) {
+  uses_[sample].push_back(Use{job, seq});
+}
+
+void Scheduler::DropUse(SampleId sample, const Job* job, uint64_t seq) {
+  auto it = uses_.find(sample);
+  if (it == uses_.end()) return;
+  std::vector<Use>& v = it->second;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i].job == job && v[i].seq == seq) {
+      v[i] = v.back();
+      v.pop_back();
+      break;
+    }
+  }
+  if (v.empty()) uses_.erase(it);
+}
+
+double Scheduler::NextUse(uint32_t sample) const {
+  auto it = uses_.find(sample);
+  if (it == uses_.end()) return std::numeric_limits<double>::infinity();
+  double best = std::numeric_limits<double>::infinity();
+  for (const Use& u : it->second) {
+    best = std::min(best, static_cast<double>(u.seq - u.job->head_seq) / u.job->rate);
+  }
+  return best;
+}
+
+void Scheduler::NextToPrepare(size_t k, const std::function<bool(SampleId)>& ready,
+                              std::vector<SampleId>* out, size_t horizon) const {
+  // A k-way merge of the queues: within one queue deadlines grow with the position.
+  using Head = std::tuple<double, JobId, size_t>;  // deadline, job, position
+  std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heads;
+  for (const auto& [id, job] : jobs_) {
+    if (!job->queue.empty()) heads.emplace(0.0, id, 0);
+  }
+  std::unordered_set<SampleId> chosen;
+  size_t looked = 0;
+  size_t emitted = 0;
+  while (emitted < k && looked < horizon && !heads.empty()) {
+    auto [deadline, id, pos] = heads.top();
+    heads.pop();
+    ++looked;
+    const Job& job = *jobs_.at(id);
+    const SampleId sample = job.queue[pos].sample;
+    if (!chosen.count(sample) && !ready(sample)) {
+      chosen.insert(sample);
+      out->push_back(sample);
+      ++emitted;
+    }
+    if (pos + 1 < job.queue.size()) {
+      heads.emplace(static_cast<double>(pos + 1) / job.rate, id, pos + 1);
+    }
+  }
+}
+
+std::vector<JobId> Scheduler::Jobs() const {
+  std::vector<JobId> ids;
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  return ids;
+}
+
+Result<Scheduler::JobStats> Scheduler::Stats(JobId id) const {
+  const Job* job = Find(id);
+  if (job == nullptr) return Status::NotFound(fmt::format("job {} is not scheduled", id));
+  JobStats s;
+  s.epoch = job->epoch;
+  s.epochs = job->epochs;
+  s.remaining = tree_.Remaining(id);
+  s.queued = job->queue.size();
+  s.delivered = job->delivered;
+  s.prefetch = job->prefetch;
+  s.rate = job->rate;
+  s.measured = job->measured();
+  return s;
+}
+
+}  // namespace carpool

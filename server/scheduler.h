@@ -1,0 +1,167 @@
+// Scheduler: decides, round by round, which jobs take part in the DSA and keeps each job's decided
+// queue, as in DESIGN.md "Speeds, look-ahead and back-pressure". Pure code driven by a clock that
+// the caller passes in (seconds in the server, ticks in `carpool sim`): no threads, no sleeps, so
+// the server and the simulator run the same code.
+//
+// - Trigger: Tick runs rounds while some job that still has work has fewer than its prefetch
+//   depth of decided samples.
+// - Participation: every job with fewer than L (the look-ahead) decided samples takes part in
+//   each of those rounds; only jobs already at L are masked.
+// - Rates: each job's consumption rate is an exponentially weighted measure of its deliveries
+//   over the clock; before the first measurement a job is assumed as fast as the measured jobs.
+// - Reference counts: (jobs whose R holds the sample) + (decided-queue entries holding it). Every
+//   change goes to a RefCountSink: AddJob +1 per id, a decision 0 (R -> queue), a delivery -1, an
+//   epoch reset +1 per id, RemoveJob -1 per id left in R and per queue entry.
+// - Next use (cache::NextUseOracle): min over jobs of (position in its queue) / (its rate).
+//
+// Thread-compatible: callers serialize access. When the scheduler is SampleCache's oracle and its
+// sink calls into that cache, always take the scheduler's lock before the cache's (the cache calls
+// NextUse with its own mutex held while evicting).
+#ifndef CARPOOL_SERVER_SCHEDULER_H_
+#define CARPOOL_SERVER_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <roaring/roaring.hh>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/cache_index.h"
+#include "carpool/status.h"
+#include "sampler/sampling_tree.h"
+
+namespace carpool {
+
+// Receives every reference-count change the scheduler makes.
+class RefCountSink {
+ public:
+  virtual ~RefCountSink() = default;
+  virtual void AddRef(SampleId sample, int64_t delta) = 0;
+};
+
+// Forwards reference counts to anything with `AddRef(uint32_t, int64_t)`: cache::CacheIndex (the
+// simulator) or cache::SampleCache (the server). REQUIRES: `target` outlives the adapter.
+template <typename Target>
+class RefCountForwarder : public RefCountSink {
+ public:
+  explicit RefCountForwarder(Target* target) : target_(target) {}
+  void AddRef(SampleId sample, int64_t delta) override { (void)target_->AddRef(sample, delta); }
+
+ private:
+  Target* target_;
+};
+
+// One decided sample of a job, and the job's epoch (0-based) it belongs to.
+struct Decision {
+  SampleId sample;
+  uint32_t epoch;
+};
+
+struct SchedulerOptions {
+  uint64_t seed = 1;          // the sampling tree's generator
+  uint64_t lookahead = 1024;  // L, in samples; at least 1
+  // Time constant of the rate measure, in clock units: deliveries older than a few of these no
+  // longer matter.
+  double rate_time_constant = 10.0;
+  // Assumed rate (samples per clock unit) of a new job when no job has been measured yet.
+  double prior_rate = 1.0;
+};
+
+class Scheduler : public cache::NextUseOracle {
+ public:
+  struct JobStats {
+    uint32_t epoch = 0;  // epoch being decided (0-based); == epochs once all decided
+    uint32_t epochs = 0;
+    uint64_t remaining = 0;  // |R| of the epoch being decided
+    uint64_t queued = 0;     // decided, not yet delivered
+    uint64_t delivered = 0;
+    uint64_t prefetch = 0;
+    double rate = 0;        // samples per clock unit
+    bool measured = false;  // false: `rate` is the prior
+  };
+
+  // REQUIRES: `sink` (may be null: counts are not reported) outlives the scheduler.
+  Scheduler(const SchedulerOptions& options, RefCountSink* sink);
+  ~Scheduler() override;
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Adds a job over `dataset` for `epochs` epochs that wants `prefetch_samples` decided samples
+  // ahead (clamped to L). Errors: duplicate id, empty dataset, epochs or prefetch of 0.
+  Status AddJob(JobId job, const Roaring& dataset, uint32_t epochs, uint64_t prefetch_samples,
+                double now);
+  // Removes a job: its R and its queue release their references. Error: unknown id.
+  Status RemoveJob(JobId job);
+
+  // Runs rounds while some job with work left is below its prefetch depth; each round includes
+  // every job below L (starting its next epoch first when its R is empty). Appends the rounds'
+  // assignments to `decided` when non-null. Returns the number of rounds run.
+  uint64_t Tick(double now, std::vector<Assignment>* decided = nullptr);
+
+  // The job's next batch: the first min(b, k) queued decisions, k = how many at the queue's front
+  // share the front's epoch. Returns false, with `out` empty, while fewer than b are queued and
+  // that epoch still has undecided samples (run Tick). True with a short batch at an epoch's end.
+  bool NextBatch(JobId job, size_t b, std::vector<Decision>* out) const;
+  // The whole decided queue, front first; nullptr for an unknown job. Valid until a mutation.
+  const std::deque<Decision>* Queue(JobId job) const;
+  // Delivers the first `n` queued decisions (n <= queue size): one reference each, and the rate
+  // measure. Errors: unknown id, n larger than the queue.
+  Status Consume(JobId job, size_t n, double now);
+  // True once every epoch is decided and delivered; the engine then removes the job.
+  bool Finished(JobId job) const;
+
+  // Earliest deadline first: appends to `out` up to `k` distinct queued samples for which
+  // `ready(sample)` is false (not cached, not in flight), by deadline = position in a job's queue
+  // / that job's rate (the earliest over jobs). Looks at most at `horizon` queue entries in all.
+  void NextToPrepare(size_t k, const std::function<bool(SampleId)>& ready,
+                     std::vector<SampleId>* out, size_t horizon = SIZE_MAX) const;
+
+  // cache::NextUseOracle: clock units from now until the first job delivers `sample`, judged by
+  // the rates; +infinity when no queue holds it.
+  double NextUse(uint32_t sample) const override;
+
+  bool Contains(JobId job) const { return jobs_.count(job) != 0; }
+  size_t size() const { return jobs_.size(); }
+  std::vector<JobId> Jobs() const;  // ascending ids
+  Result<JobStats> Stats(JobId job) const;
+  uint64_t lookahead() const { return options_.lookahead; }
+  uint64_t rounds() const { return rounds_; }
+  const SamplingTree& tree() const { return tree_; }
+
+ private:
+  struct Job;
+  // One queue entry of a sample, for next-use: the job and the entry's absolute sequence number.
+  struct Use {
+    Job* job;
+    uint64_t seq;
+  };
+
+  Job* Find(JobId job) const;
+  bool HasWork(const Job& job) const;
+  // Starts the job's next epoch when its R is empty and it has epochs left.
+  void MaybeResetEpoch(Job& job);
+  // Recomputes every job's rate at the clock `now_`; unmeasured jobs get the measured mean.
+  void RefreshRates();
+  void AddUse(SampleId sample, Job* job, uint64_t seq);
+  void DropUse(SampleId sample, const Job* job, uint64_t seq);
+  void Report(SampleId sample, int64_t delta) const;
+  void ReportAll(const Roaring& set, int64_t delta) const;
+
+  SchedulerOptions options_;
+  RefCountSink* sink_;
+  SamplingTree tree_;
+  std::map<JobId, std::unique_ptr<Job>> jobs_;           // ordered: reproducible rounds
+  std::unordered_map<SampleId, std::vector<Use>> uses_;  // samples held by some queue
+  uint64_t rounds_ = 0;
+  double now_ = 0;
+  // Scratch space of Tick.
+  std::vector<JobId> participants_;
+  std::vector<Assignment> round_;
+};
+
+}  // namespace carpool
+
+#endif  // CARPOOL_SERVER_SCHEDULER_H_

@@ -1,0 +1,350 @@
+#include "server/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+namespace carpool {
+namespace {
+
+// Keeps the counts the scheduler reports, to compare with a from-scratch recount.
+class CountingSink : public RefCountSink {
+ public:
+  void AddRef(SampleId sample, int64_t delta) override {
+    int64_t& c = counts[sample];
+    c += delta;
+    ASSERT_GE(c, 0) << "sample " << sample << " went negative";
+    if (c == 0) counts.erase(sample);
+  }
+  std::map<SampleId, int64_t> counts;
+};
+
+// (jobs whose R holds the sample) + (queue entries holding it), from the scheduler's state.
+std::map<SampleId, int64_t> Recount(const Scheduler& s) {
+  std::map<SampleId, int64_t> counts;
+  for (JobId j : s.Jobs()) {
+    for (uint32_t x : *s.tree().RemainingSet(j)) ++counts[x];
+    for (const Decision& d : *s.Queue(j)) ++counts[d.sample];
+  }
+  return counts;
+}
+
+Roaring Range(uint32_t lo, uint32_t hi) {
+  Roaring r;
+  r.addRange(lo, hi);
+  return r;
+}
+
+SchedulerOptions Opts(uint64_t lookahead, uint64_t seed = 7) {
+  SchedulerOptions o;
+  o.seed = seed;
+  o.lookahead = lookahead;
+  return o;
+}
+
+TEST(SchedulerTest, RefCountsMatchRecountUnderRandomOperations) {
+  std::mt19937_64 gen(42);
+  for (int trial = 0; trial < 20; ++trial) {
+    CountingSink sink;
+    const uint64_t lookahead = 1 + gen() % 24;
+    Scheduler s(Opts(lookahead, trial), &sink);
+    JobId next_id = 1;
+    double now = 0;
+    for (int op = 0; op < 300; ++op) {
+      now += 0.25;
+      const int kind = static_cast<int>(gen() % 10);
+      std::vector<JobId> jobs = s.Jobs();
+      if (kind == 0 || jobs.empty()) {
+        Roaring ds;
+        const uint32_t lo = static_cast<uint32_t>(gen() % 60);
+        for (uint32_t x = lo; x < lo + 40; ++x) {
+          if (gen() % 3 != 0) ds.add(x);
+        }
+        if (ds.isEmpty()) ds.add(lo);
+        ASSERT_TRUE(s.AddJob(next_id++, ds, 1 + gen() % 3, 1 + gen() % 8, now).ok());
+      } else if (kind == 1) {
+        ASSERT_TRUE(s.RemoveJob(jobs[gen() % jobs.size()]).ok());
+      } else if (kind < 5) {
+        s.Tick(now);
+      } else {
+        JobId j = jobs[gen() % jobs.size()];
+        size_t n = std::min<size_t>(s.Queue(j)->size(), gen() % 5);
+        ASSERT_TRUE(s.Consume(j, n, now).ok());
+        if (s.Finished(j)) {
+          ASSERT_TRUE(s.RemoveJob(j).ok());
+        }
+      }
+      ASSERT_EQ(sink.counts, Recount(s)) << "trial " << trial << " op " << op;
+      for (JobId j : s.Jobs()) ASSERT_LE(s.Queue(j)->size(), lookahead);
+    }
+    for (JobId j : s.Jobs()) ASSERT_TRUE(s.RemoveJob(j).ok());
+    EXPECT_TRUE(sink.counts.empty()) << "removing every job must release every reference";
+  }
+}
+
+TEST(SchedulerTest, TriggerAndParticipation) {
+  Scheduler s(Opts(/*lookahead=*/16), nullptr);
+  ASSERT_TRUE(s.AddJob(1, Range(0, 100), 1, 4, 0).ok());
+  ASSERT_TRUE(s.AddJob(2, Range(0, 100), 1, 4, 0).ok());
+  // Both start empty: rounds run until both hold their prefetch depth, and no further.
+  EXPECT_EQ(s.Tick(0), 4u);
+  EXPECT_EQ(s.Queue(1)->size(), 4u);
+  EXPECT_EQ(s.Queue(2)->size(), 4u);
+  EXPECT_EQ(s.Tick(0), 0u) << "no queue is below its prefetch: no round";
+  // Job 1 consumes one: one round, and job 2 (below L) takes part in it too.
+  ASSERT_TRUE(s.Consume(1, 1, 1).ok());
+  EXPECT_EQ(s.Tick(1), 1u);
+  EXPECT_EQ(s.Queue(1)->size(), 4u);
+  EXPECT_EQ(s.Queue(2)->size(), 5u);
+  // Identical R's share every round, so the queues agree where they overlap.
+  const auto& q1 = *s.Queue(1);
+  const auto& q2 = *s.Queue(2);
+  for (size_t i = 0; i < q1.size(); ++i) EXPECT_EQ(q1[i].sample, q2[i + 1].sample);
+}
+
+TEST(SchedulerTest, JobsAtLookaheadAreMasked) {
+  const uint64_t kL = 8;
+  Scheduler s(Opts(kL), nullptr);
+  ASSERT_TRUE(s.AddJob(1, Range(0, 500), 1, 2, 0).ok());
+  ASSERT_TRUE(s.AddJob(2, Range(0, 500), 1, 2, 0).ok());
+  std::vector<Assignment> decided;
+  int rounds_with_2_at_l = 0;
+  for (int t = 1; t <= 100; ++t) {
+    const bool two_at_l = s.Queue(2)->size() == kL;
+    decided.clear();
+    ASSERT_TRUE(s.Consume(1, s.Queue(1)->size() > 0 ? 1 : 0, t).ok());
+    s.Tick(t, &decided);
+    EXPECT_LE(s.Queue(2)->size(), kL);
+    if (!two_at_l) continue;
+    for (const Assignment& a : decided) {
+      ++rounds_with_2_at_l;
+      EXPECT_EQ(std::count(a.jobs.begin(), a.jobs.end(), JobId{2}), 0)
+          << "job 2 is at L and must not take part";
+    }
+  }
+  EXPECT_EQ(s.Queue(2)->size(), kL) << "the idle job fills up to L, then stops";
+  EXPECT_GT(rounds_with_2_at_l, 50);
+}
+
+TEST(SchedulerTest, PrefetchIsClampedToLookahead) {
+  Scheduler s(Opts(3), nullptr);
+  ASSERT_TRUE(s.AddJob(1, Range(0, 10), 1, 100, 0).ok());
+  s.Tick(0);
+  EXPECT_EQ(s.Queue(1)->size(), 3u);
+  EXPECT_EQ(s.Stats(1)->prefetch, 3u);
+}
+
+TEST(SchedulerTest, RejectsBadJobs) {
+  Scheduler s(Opts(8), nullptr);
+  EXPECT_EQ(s.AddJob(1, Roaring(), 1, 4, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.AddJob(1, Range(0, 5), 0, 4, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.AddJob(1, Range(0, 5), 1, 0, 0).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(s.AddJob(1, Range(0, 5), 1, 4, 0).ok());
+  EXPECT_EQ(s.AddJob(1, Range(0, 5), 1, 4, 0).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(s.RemoveJob(9).code(), StatusCode::kNotFound);
+  s.Tick(0);
+  EXPECT_EQ(s.Consume(1, 5, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Consume(9, 1, 0).code(), StatusCode::kNotFound);
+}
+
+// Drives jobs by batches through NextBatch/Consume and checks that each job sees its dataset
+// exactly once per epoch, with epochs in order and a short last batch only at an epoch's end.
+TEST(SchedulerTest, ExactlyOncePerEpochWithPartialLastBatch) {
+  CountingSink sink;
+  Scheduler s(Opts(/*lookahead=*/64, 3), &sink);
+  struct Spec {
+    JobId id;
+    Roaring ds;
+    uint32_t epochs;
+    size_t batch;
+    int period;  // consumes one batch every `period` ticks
+  };
+  std::vector<Spec> specs = {
+      {1, Range(0, 50), 3, 7, 1}, {2, Range(25, 75), 2, 8, 2}, {3, Range(0, 50), 2, 50, 3}};
+  for (const Spec& sp : specs) ASSERT_TRUE(s.AddJob(sp.id, sp.ds, sp.epochs, sp.batch, 0).ok());
+  std::map<JobId, std::vector<std::vector<SampleId>>> seen;  // per job, per epoch
+  std::vector<Decision> batch;
+  for (int t = 0; t < 1000 && s.size() > 0; ++t) {
+    s.Tick(t);
+    for (const Spec& sp : specs) {
+      if (!s.Contains(sp.id) || t % sp.period != 0) continue;
+      ASSERT_TRUE(s.NextBatch(sp.id, sp.batch, &batch)) << "prefetch >= batch: always ready";
+      auto& epochs = seen[sp.id];
+      for (const Decision& d : batch) {
+        if (d.epoch == epochs.size()) epochs.emplace_back();
+        ASSERT_EQ(d.epoch + 1, epochs.size()) << "epochs are delivered in order";
+        epochs.back().push_back(d.sample);
+      }
+      if (batch.size() < sp.batch) {
+        EXPECT_EQ(epochs.back().size(), sp.ds.cardinality()) << "short batch only at the end";
+      }
+      ASSERT_TRUE(s.Consume(sp.id, batch.size(), t).ok());
+      if (s.Finished(sp.id)) {
+        ASSERT_TRUE(s.RemoveJob(sp.id).ok());
+      }
+    }
+  }
+  EXPECT_EQ(s.size(), 0u);
+  EXPECT_TRUE(sink.counts.empty());
+  for (const Spec& sp : specs) {
+    ASSERT_EQ(seen[sp.id].size(), sp.epochs) << "job " << sp.id;
+    for (auto& epoch : seen[sp.id]) {
+      std::sort(epoch.begin(), epoch.end());
+      std::vector<SampleId> want;
+      for (uint32_t x : sp.ds) want.push_back(x);
+      EXPECT_EQ(epoch, want) << "job " << sp.id << ": each sample exactly once per epoch";
+    }
+  }
+}
+
+TEST(SchedulerTest, NextBatchWaitsForUndecidedSamples) {
+  Scheduler s(Opts(64), nullptr);
+  ASSERT_TRUE(s.AddJob(1, Range(0, 10), 2, 4, 0).ok());
+  std::vector<Decision> batch;
+  EXPECT_FALSE(s.NextBatch(1, 4, &batch)) << "nothing decided yet";
+  s.Tick(0);
+  EXPECT_FALSE(s.NextBatch(1, 6, &batch)) << "4 decided, 6 wanted, epoch not fully decided";
+  EXPECT_TRUE(batch.empty());
+  ASSERT_TRUE(s.NextBatch(1, 4, &batch));
+  EXPECT_EQ(batch.size(), 4u);
+  ASSERT_TRUE(s.Consume(1, 8, 0).code() == StatusCode::kInvalidArgument);
+  // Decide the rest of epoch 0 and part of epoch 1 by consuming; the last batch of epoch 0 is 2.
+  ASSERT_TRUE(s.Consume(1, 4, 1).ok());
+  s.Tick(1);
+  ASSERT_TRUE(s.Consume(1, 4, 2).ok());
+  s.Tick(2);
+  ASSERT_TRUE(s.NextBatch(1, 4, &batch));
+  ASSERT_EQ(batch.size(), 2u);
+  EXPECT_EQ(batch[0].epoch, 0u);
+  EXPECT_EQ(s.Queue(1)->back().epoch, 1u) << "look-ahead crosses the epoch boundary";
+}
+
+TEST(SchedulerTest, RatesFromDeliveries) {
+  SchedulerOptions o = Opts(64);
+  o.prior_rate = 3.0;
+  Scheduler s(o, nullptr);
+  ASSERT_TRUE(s.AddJob(1, Range(0, 1000), 1, 8, 0).ok());
+  EXPECT_DOUBLE_EQ(s.Stats(1)->rate, 3.0) << "the prior before any measurement";
+  ASSERT_TRUE(s.AddJob(2, Range(0, 1000), 1, 8, 0).ok());
+  for (int t = 0; t <= 40; ++t) {
+    s.Tick(t);
+    ASSERT_TRUE(s.Consume(1, 2, t).ok());  // 2 per clock unit
+    if (t % 2 == 0) {
+      ASSERT_TRUE(s.Consume(2, 1, t).ok());  // 0.5 per clock unit
+    }
+  }
+  EXPECT_NEAR(s.Stats(1)->rate, 2.0, 1e-9);
+  EXPECT_NEAR(s.Stats(2)->rate, 0.5, 1e-9);
+  ASSERT_TRUE(s.AddJob(3, Range(0, 10), 1, 8, 40).ok());
+  EXPECT_NEAR(s.Stats(3)->rate, 1.25, 1e-9) << "a new job gets the mean of the measured rates";
+  s.Tick(60);  // twenty clock units without a delivery
+  EXPECT_LT(s.Stats(1)->rate, 1.0) << "a stalled job's rate decays";
+}
+
+// Adds jobs 1 and 2 and delivers 4 and 1 samples to them every 2 clock units until `until`
+// (rates 2 and 0.5), then ticks at `until`.
+void RunTwoJobsAtRates2And05(Scheduler& s, const Roaring& a, const Roaring& b, uint64_t prefetch,
+                             int until) {
+  ASSERT_TRUE(s.AddJob(1, a, 1, prefetch, 0).ok());
+  ASSERT_TRUE(s.AddJob(2, b, 1, prefetch, 0).ok());
+  for (int t = 0; t <= until; t += 2) {
+    s.Tick(t);
+    ASSERT_TRUE(s.Consume(1, 4, t).ok());
+    ASSERT_TRUE(s.Consume(2, 1, t).ok());
+  }
+  s.Tick(until);
+}
+
+TEST(SchedulerTest, NextUseIsEarliestPositionOverRate) {
+  Scheduler s(Opts(16), nullptr);
+  RunTwoJobsAtRates2And05(s, Range(0, 40), Range(20, 60), 8, 4);
+  const double r1 = s.Stats(1)->rate, r2 = s.Stats(2)->rate;
+  ASSERT_NEAR(r1, 2.0, 1e-9);
+  ASSERT_NEAR(r2, 0.5, 1e-9);
+  std::map<SampleId, double> want;
+  for (auto [job, rate] : {std::pair{JobId{1}, r1}, std::pair{JobId{2}, r2}}) {
+    const auto& q = *s.Queue(job);
+    for (size_t i = 0; i < q.size(); ++i) {
+      double d = static_cast<double>(i) / rate;
+      auto [it, fresh] = want.emplace(q[i].sample, d);
+      if (!fresh) it->second = std::min(it->second, d);
+    }
+  }
+  ASSERT_FALSE(want.empty());
+  for (SampleId x = 0; x < 20; ++x) {
+    auto it = want.find(x);
+    double expected = it == want.end() ? std::numeric_limits<double>::infinity() : it->second;
+    EXPECT_DOUBLE_EQ(s.NextUse(x), expected) << "sample " << x;
+  }
+  // Hand-checked: the second entry of job 2's queue is 1 / 0.5 = 2 clock units away unless job 1
+  // needs it within 4 positions.
+  const SampleId second = (*s.Queue(2))[1].sample;
+  const auto& q1 = *s.Queue(1);
+  auto pos =
+      std::find_if(q1.begin(), q1.end(), [&](const Decision& d) { return d.sample == second; });
+  double expected = pos == q1.end() ? 2.0 : std::min(2.0, (pos - q1.begin()) / 2.0);
+  EXPECT_DOUBLE_EQ(s.NextUse(second), expected);
+}
+
+TEST(SchedulerTest, PreparationOrderIsEarliestDeadlineFirst) {
+  Scheduler s(Opts(32), nullptr);
+  RunTwoJobsAtRates2And05(s, Range(0, 100), Range(50, 150), 16, 6);
+  std::set<SampleId> ready;  // pretend every third queued sample is cached already
+  for (JobId j : {1u, 2u}) {
+    for (const Decision& d : *s.Queue(j)) {
+      if (d.sample % 3 == 0) ready.insert(d.sample);
+    }
+  }
+  std::vector<SampleId> order;
+  s.NextToPrepare(
+      1000, [&](SampleId x) { return ready.count(x) != 0; }, &order);
+  std::set<SampleId> distinct(order.begin(), order.end());
+  EXPECT_EQ(distinct.size(), order.size()) << "each sample once";
+  size_t queued_not_ready = 0;
+  std::set<SampleId> all;
+  for (JobId j : {1u, 2u}) {
+    for (const Decision& d : *s.Queue(j)) all.insert(d.sample);
+  }
+  for (SampleId x : all) queued_not_ready += ready.count(x) == 0;
+  EXPECT_EQ(order.size(), queued_not_ready);
+  for (size_t i = 0; i < order.size(); ++i) {
+    EXPECT_EQ(ready.count(order[i]), 0u);
+    if (i > 0) {
+      EXPECT_LE(s.NextUse(order[i - 1]), s.NextUse(order[i])) << i;
+    }
+  }
+  std::vector<SampleId> first3;
+  s.NextToPrepare(
+      3, [&](SampleId x) { return ready.count(x) != 0; }, &first3);
+  EXPECT_EQ(first3, std::vector<SampleId>(order.begin(), order.begin() + 3));
+}
+
+TEST(SchedulerTest, RemovalRestoresTheCountsOfTheOtherJobs) {
+  CountingSink sink;
+  Scheduler s(Opts(16), &sink);
+  ASSERT_TRUE(s.AddJob(1, Range(0, 40), 2, 4, 0).ok());
+  ASSERT_TRUE(s.AddJob(2, Range(20, 60), 2, 4, 0).ok());
+  for (int t = 0; t < 30; ++t) {
+    s.Tick(t);
+    ASSERT_TRUE(s.Consume(1, 2, t).ok());
+    if (t % 3 == 0) {
+      ASSERT_TRUE(s.Consume(2, 1, t).ok());
+    }
+  }
+  ASSERT_TRUE(s.RemoveJob(2).ok());
+  // What job 1 alone accounts for: its R and its queue.
+  std::map<SampleId, int64_t> alone;
+  for (uint32_t x : *s.tree().RemainingSet(1)) ++alone[x];
+  for (const Decision& d : *s.Queue(1)) ++alone[d.sample];
+  EXPECT_EQ(sink.counts, alone);
+  EXPECT_EQ(s.NextUse(59), std::numeric_limits<double>::infinity()) << "only job 2 had 40..59";
+}
+
+}  // namespace
+}  // namespace carpool
