@@ -5,6 +5,8 @@
 #include <cassert>
 #include <utility>
 
+#include "sampler/roaring_node.h"
+
 namespace carpool {
 
 SamplingTree::SamplingTree(uint64_t seed) : rng_(seed) {}
@@ -37,7 +39,7 @@ Status SamplingTree::AddJob(JobId job, const Roaring& dataset) {
     return Status::InvalidArgument(
         fmt::format("job {} has an empty dataset; a job needs at least one sample id", job));
   }
-  Job j{job, dataset, dataset, Roaring(), dataset.cardinality(), 0};
+  Job j{job, dataset, WithoutRuns(dataset), Roaring(), dataset.cardinality(), 0};
   return Insert(std::move(j));
 }
 
@@ -56,7 +58,7 @@ Status SamplingTree::ResetEpoch(JobId job) {
     return Status::NotFound(fmt::format("job {} is not in the sampling tree; add it first", job));
   }
   Job j = Erase(it->second);
-  j.remaining = j.dataset;
+  j.remaining = WithoutRuns(j.dataset);
   j.size = j.dataset.cardinality();
   return Insert(std::move(j));
 }
@@ -174,13 +176,6 @@ void SamplingTree::Resort() {
   }
 }
 
-SampleId SamplingTree::Select(const Roaring& node, uint64_t rank) const {
-  uint32_t element = 0;
-  [[maybe_unused]] bool found = node.select(static_cast<uint32_t>(rank), &element);
-  assert(found);
-  return element;
-}
-
 // A sample taken from N_q by the jobs at positions P stays needed by the non-takers in [q, n):
 // those up to max(P) now hold it in their leaves and the rest in N_{max(P)+1}.
 void SamplingTree::ApplyDraw(const Draw& d) {
@@ -252,10 +247,10 @@ void SamplingTree::RunRound(std::span<const JobId> participants, std::vector<Ass
       uint64_t r = rng_.Uniform(c);
       size_t q = next_node;
       while (r >= spine_size_[q]) r -= spine_size_[q++];
-      d.sample = Select(spine_[q], r);
+      d.sample = UniformElement(spine_[q], spine_size_[q], rng_);
       d.spine = static_cast<int32_t>(q);
     } else {
-      d.sample = Select(jobs_[p].leaf, rng_.Uniform(jobs_[p].leaf_size));
+      d.sample = UniformElement(jobs_[p].leaf, jobs_[p].leaf_size, rng_);
     }
     gi += d.count;
     draws_.push_back(d);

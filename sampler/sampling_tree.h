@@ -7,7 +7,7 @@
 //   spine node N_p = S_p \ S_{p-1}   (S_{-1} = {}; this equals DESIGN.md's N_p)
 //   leaf       L_p = R_p \ S_p       (L_{n-1} = {})
 // so that R_p is the disjoint union N_0 ∪ … ∪ N_p ∪ L_p. Every node is a roaring bitmap with its
-// size kept alongside.
+// size kept alongside. The working bitmaps hold no run containers (see roaring_node.h).
 //
 // Randomness: one seeded generator drives every decision, so a job's permutation of its dataset
 // depends on which other jobs exist and when rounds run; it is still uniform for every job.
@@ -116,7 +116,7 @@ class SamplingTree {
   void SwapAdjacent(size_t p);
   void ApplyDraw(const Draw& d);
   void Resort();
-  SampleId Select(const Roaring& node, uint64_t rank) const;
+
 
   Rng rng_;
   std::vector<Job> jobs_;        // by position

@@ -108,6 +108,26 @@ TEST(SamplingTreeTest, RejectsBadJobs) {
   EXPECT_FALSE(tree.Contains(7));
 }
 
+// Datasets from the catalog are run-compressed; the tree converts runs (small ones to arrays,
+// large ones to bitsets) and must still hand out exactly the dataset.
+TEST(SamplingTreeTest, AcceptsRunCompressedDatasets) {
+  Roaring ds;
+  ds.addRange(10, 110);          // a small run: becomes an array container
+  ds.addRange(70000, 200000);    // full and partial runs: become bitset containers
+  ds.runOptimize();
+  SamplingTree tree(3);
+  ASSERT_TRUE(tree.AddJob(1, ds).ok());
+  EXPECT_TRUE(*tree.RemainingSet(1) == ds);
+  std::vector<Assignment> out;
+  const std::vector<JobId> one = {1};
+  for (uint64_t i = 0; i < ds.cardinality(); ++i) tree.RunRound(one, &out);
+  Roaring got;
+  for (const Assignment& a : out) got.add(a.sample);
+  EXPECT_EQ(out.size(), ds.cardinality());
+  EXPECT_TRUE(got == ds);
+  EXPECT_TRUE(tree.EpochDone(1));
+}
+
 // Random sequences of masked rounds, adds, removes and epoch resets; the incremental nodes must
 // equal the from-scratch definition after every operation.
 TEST(SamplingTreeTest, IncrementalNodesMatchReference) {
