@@ -1,0 +1,285 @@
+// `carpool dataset` run as a real process on temporary state dirs: the must-show results of
+// issue 2, every error case, and crash safety under kill -9.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "datasets/catalog.h"
+#include "datasets/sqlite_db.h"
+#include "datasets/temp_dir_for_test.h"
+
+namespace carpool {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kFmnist = "/usr/share/datasets/fashion-mnist";
+
+std::string CarpoolBin() {
+  const char* dir = std::getenv("CARPOOL_BIN_DIR");
+  return dir != nullptr ? std::string(dir) + "/carpool" : std::string(CARPOOL_BIN);
+}
+
+std::string Slurp(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct CliRun {
+  int code;
+  std::string out, err;
+};
+
+class DatasetCliTest : public ::testing::Test {
+ protected:
+  fs::path state() const { return tmp_.path() / "state"; }
+
+  // Runs `carpool dataset ARGS --state-dir <tmp>/state` (no state dir for gen); stdin is /dev/null, so stderr is no tty.
+  CliRun Carpool(std::vector<std::string> args) {
+    if (args[0] != "gen") {
+      args.push_back("--state-dir");
+      args.push_back(state().string());
+    }
+    args.insert(args.begin(), {CarpoolBin(), "dataset"});
+    pid_t pid = Spawn(args);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+            Slurp(tmp_.path() / "out"), Slurp(tmp_.path() / "err")};
+  }
+
+  pid_t Spawn(const std::vector<std::string>& args) {
+    std::string out = (tmp_.path() / "out").string(), err = (tmp_.path() / "err").string();
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int in = ::open("/dev/null", O_RDONLY);
+      int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(in, 0);
+      ::dup2(o, 1);
+      ::dup2(e, 2);
+      std::vector<char*> argv;
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    return pid;
+  }
+
+  // One error: non-zero exit, exactly one line on stderr, containing `needle`.
+  void ExpectOneLineError(const CliRun& r, const std::string& needle) {
+    EXPECT_NE(r.code, 0);
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  }
+
+  std::unique_ptr<Catalog> OpenCatalog() { return Catalog::Open(state()).value(); }
+
+  TempDirForTest tmp_;
+};
+
+TEST_F(DatasetCliTest, FashionMnistMustShow) {
+  if (!fs::exists(kFmnist / "train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  }
+  CliRun add = Carpool({"add", "fmnist", "--idx", (kFmnist / "train-images-idx3-ubyte.gz").string(),
+                     (kFmnist / "train-labels-idx1-ubyte.gz").string()});
+  ASSERT_EQ(add.code, 0) << add.err;
+  EXPECT_NE(add.out.find("60000 samples (60000 new), 10 classes, prepare raw,channels=1"),
+            std::string::npos) << add.out;
+  EXPECT_EQ(add.err, "");  // no progress bar without a terminal
+  CliRun tops = Carpool({"add", "fmnist-tops", "--from", "fmnist", "--classes", "0,2,4,6"});
+  ASSERT_EQ(tops.code, 0) << tops.err;
+  EXPECT_NE(tops.out.find("24000 samples"), std::string::npos) << tops.out;
+  CliRun ov = Carpool({"overlap", "fmnist", "fmnist-tops"});
+  ASSERT_EQ(ov.code, 0) << ov.err;
+  EXPECT_NE(ov.out.find("|A∩B|                    24000"), std::string::npos) << ov.out;
+  EXPECT_NE(ov.out.find("|A∪B|                    60000"), std::string::npos) << ov.out;
+  EXPECT_NE(ov.out.find("|A∩B|/max(|A|,|B|)      0.4000"), std::string::npos) << ov.out;
+  // Registering the same IDX file again yields the same ids.
+  CliRun again = Carpool({"add", "fmnist2", "--idx", (kFmnist / "train-images-idx3-ubyte.gz").string(),
+                       (kFmnist / "train-labels-idx1-ubyte.gz").string()});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find("(0 new)"), std::string::npos);
+  CliRun show = Carpool({"show", "fmnist-tops"});
+  ASSERT_EQ(show.code, 0);
+  EXPECT_NE(show.out.find("samples:  24000"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("fmnist2"), std::string::npos) << show.out;
+}
+
+TEST_F(DatasetCliTest, SymlinkedFolderGivesIdenticalIds) {
+  fs::path real = tmp_.path() / "imgs";
+  CliRun gen = Carpool({"gen", real.string(), "--count", "24", "--classes", "3", "--seed", "5"});
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  fs::create_directory_symlink(real, tmp_.path() / "link");
+  ASSERT_EQ(Carpool({"add", "real", "--dir", real.string()}).code, 0);
+  CliRun viaLink = Carpool({"add", "linked", "--dir", (tmp_.path() / "link").string()});
+  ASSERT_EQ(viaLink.code, 0) << viaLink.err;
+  CliRun viaDots = Carpool({"add", "dots", "--dir", (tmp_.path() / "link/../imgs/.").string()});
+  ASSERT_EQ(viaDots.code, 0) << viaDots.err;
+  auto catalog = OpenCatalog();
+  DatasetInfo a = catalog->GetDataset("real").value(), b = catalog->GetDataset("linked").value();
+  EXPECT_EQ(a.ids.cardinality(), 24u);
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.ids, catalog->GetDataset("dots")->ids);
+  EXPECT_EQ(a.classes, (std::vector<std::string>{"class_000", "class_001", "class_002"}));
+  EXPECT_EQ(a.prepare_spec, "resize=256,crop=256");
+  std::vector<SampleRecord> records = catalog->GetSamples(a.ids).value();
+  ASSERT_EQ(records.size(), 24u);
+  for (const SampleRecord& r : records) {
+    EXPECT_EQ(r.path.find("link"), std::string::npos);
+    EXPECT_GT(r.size, 30000u);  // real JPEGs, not stubs
+  }
+}
+
+TEST_F(DatasetCliTest, DerivedSetsRmAndLs) {
+  fs::path dir = tmp_.path() / "imgs";
+  ASSERT_EQ(Carpool({"gen", dir.string(), "--count", "40", "--classes", "4", "--size", "64x48"}).code,
+            0);
+  ASSERT_EQ(Carpool({"add", "all", "--dir", dir.string(), "--prepare", "crop=32,resize=48"}).code,
+            0);
+  ASSERT_EQ(Carpool({"add", "half", "--from", "all", "--fraction", "0.5", "--seed", "3"}).code, 0);
+  ASSERT_EQ(Carpool({"add", "c0", "--from", "all", "--classes", "class_000"}).code, 0);
+  ASSERT_EQ(Carpool({"add", "u", "--union", "half", "c0"}).code, 0);
+  ASSERT_EQ(Carpool({"add", "i", "--intersect", "half", "c0"}).code, 0);
+  ASSERT_EQ(Carpool({"add", "m", "--minus", "all", "c0"}).code, 0);
+  auto catalog = OpenCatalog();
+  DatasetInfo all = catalog->GetDataset("all").value();
+  EXPECT_EQ(all.prepare_spec, "resize=48,crop=32");
+  Roaring half = catalog->GetDataset("half")->ids, c0 = catalog->GetDataset("c0")->ids;
+  EXPECT_EQ(half.cardinality(), 20u);
+  EXPECT_EQ(c0.cardinality(), 10u);
+  EXPECT_EQ(catalog->GetDataset("u")->ids, half | c0);
+  EXPECT_EQ(catalog->GetDataset("i")->ids, half & c0);
+  EXPECT_EQ(catalog->GetDataset("m")->ids.cardinality(), 30u);
+  std::string lo = std::to_string(all.ids.minimum());
+  ASSERT_EQ(Carpool({"add", "first5", "--from", "all", "--ids", lo + ":" + std::to_string(all.ids.minimum() + 5)}).code, 0);
+  EXPECT_EQ(catalog->GetDataset("first5")->ids.cardinality(), 5u);
+  CliRun rm = Carpool({"rm", "half"});
+  EXPECT_EQ(rm.code, 0);
+  CliRun ls = Carpool({"ls"});
+  EXPECT_EQ(ls.code, 0);
+  EXPECT_EQ(ls.out.find("\nhalf "), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("\nfirst5 "), std::string::npos) << ls.out;
+  ExpectOneLineError(Carpool({"rm", "half"}), "dataset \"half\" not found");
+}
+
+TEST_F(DatasetCliTest, EveryErrorIsOneClearLine) {
+  fs::path missing = tmp_.path() / "no-such-dir";
+  ExpectOneLineError(Carpool({"add", "x", "--dir", missing.string()}),
+                     "image folder \"" + missing.string() + "\"");
+  fs::create_directories(tmp_.path() / "empty/cls");
+  ExpectOneLineError(Carpool({"add", "x", "--dir", (tmp_.path() / "empty").string()}),
+                     "would be empty");
+  WriteTestFile(tmp_.path() / "one/a.jpg", "jpeg");
+  ASSERT_EQ(Carpool({"add", "one", "--dir", (tmp_.path() / "one").string()}).code, 0);
+  ExpectOneLineError(Carpool({"add", "one", "--dir", (tmp_.path() / "one").string()}),
+                     "dataset \"one\" already exists; choose another name, pass --replace");
+  EXPECT_EQ(Carpool({"add", "one", "--dir", (tmp_.path() / "one").string(), "--replace"}).code, 0);
+  ExpectOneLineError(Carpool({"add", "x", "--from", "nope", "--classes", "0"}),
+                     "dataset \"nope\" not found (known: one)");
+  ExpectOneLineError(Carpool({"add", "x", "--union", "one", "nope"}), "\"nope\" not found");
+  ExpectOneLineError(Carpool({"add", "x", "--from", "one", "--fraction", "0.1"}),
+                     "would be empty");
+  WriteTestFile(tmp_.path() / "bad.csv", "a.jpg,0\nb.jpg 1\n");
+  ExpectOneLineError(Carpool({"add", "x", "--list", (tmp_.path() / "bad.csv").string()}),
+                     "bad.csv:2: malformed line \"b.jpg 1\"");
+  WriteTestFile(tmp_.path() / "bad.idx", std::string("\x12\x34\x56\x78", 4));
+  ExpectOneLineError(Carpool({"add", "x", "--idx", (tmp_.path() / "bad.idx").string(),
+                              (tmp_.path() / "bad.idx").string()}),
+                     "bad IDX header in \"" + (tmp_.path() / "bad.idx").string() + "\": magic 0x12345678");
+  ExpectOneLineError(Carpool({"add", "x", "--dir", (tmp_.path() / "one").string(), "--prepare",
+                              "resize=big"}),
+                     "resize=\"big\"");
+  EXPECT_EQ(Carpool({"add", "x"}).code, 2);
+  EXPECT_EQ(Carpool({"add", "x", "--dir", "a", "--list", "b"}).code, 2);
+  EXPECT_EQ(OpenCatalog()->ListDatasets().value(), std::vector<std::string>{"one"});
+}
+
+TEST_F(DatasetCliTest, UnreadableFilesAreListedAndSkippedUnlessStrict) {
+  WriteTestFile(tmp_.path() / "d/ok1.jpg", "1");
+  WriteTestFile(tmp_.path() / "d/ok2.jpg", "2");
+  WriteTestFile(tmp_.path() / "l.csv", "d/ok1.jpg,0\nd/gone.jpg,1\nd/ok2.jpg,1\nd,0\n");
+  CliRun strict = Carpool({"add", "s", "--list", (tmp_.path() / "l.csv").string(), "--strict"});
+  EXPECT_NE(strict.code, 0);
+  EXPECT_NE(strict.err.find("gone.jpg: No such file"), std::string::npos) << strict.err;
+  EXPECT_NE(strict.err.find("2 unreadable files"), std::string::npos) << strict.err;
+  EXPECT_FALSE(OpenCatalog()->GetDataset("s").ok());
+  CliRun lax = Carpool({"add", "s", "--list", (tmp_.path() / "l.csv").string()});
+  ASSERT_EQ(lax.code, 0) << lax.err;
+  EXPECT_NE(lax.err.find("gone.jpg: No such file"), std::string::npos) << lax.err;
+  EXPECT_NE(lax.err.find("d: not a regular file"), std::string::npos) << lax.err;
+  EXPECT_NE(lax.out.find("2 samples"), std::string::npos) << lax.out;
+}
+
+// kill -9 during the write transaction of a 200k-file registration leaves the catalog as it was.
+TEST_F(DatasetCliTest, KillDuringRegistrationLeavesCatalogUnchanged) {
+  constexpr int kFiles = 200000, kDirs = 200;
+  std::string list;
+  for (int d = 0; d < kDirs; ++d) {
+    fs::path dir = tmp_.path() / "big" / std::to_string(d);
+    fs::create_directories(dir);
+    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    for (int i = d; i < kFiles; i += kDirs) {
+      std::string name = std::to_string(i) + ".jpg";
+      ::close(::openat(dfd, name.c_str(), O_CREAT | O_WRONLY, 0644));
+      list += "big/" + std::to_string(d) + "/" + name + "," + std::to_string(d % 10) + "\n";
+    }
+    ::close(dfd);
+  }
+  WriteTestFile(tmp_.path() / "big.csv", list);
+  WriteTestFile(tmp_.path() / "small/a.jpg", "a");
+  ASSERT_EQ(Carpool({"add", "small", "--dir", (tmp_.path() / "small").string()}).code, 0);
+  const Roaring small_ids = OpenCatalog()->GetDataset("small")->ids;
+  const fs::path wal = state() / "catalog.db-wal";
+  const uintmax_t wal_before = fs::exists(wal) ? fs::file_size(wal) : 0;
+
+  pid_t pid = Spawn({CarpoolBin(), "dataset", "add", "big", "--list",
+                     (tmp_.path() / "big.csv").string(), "--state-dir", state().string()});
+  // The transaction is under way once it spills pages into the WAL.
+  bool killed_mid_write = false;
+  for (int i = 0; i < 10000; ++i) {
+    std::error_code ec;
+    uintmax_t size = fs::file_size(wal, ec);
+    if (!ec && size > wal_before + (1 << 20)) {
+      killed_mid_write = ::waitpid(pid, nullptr, WNOHANG) == 0 && ::kill(pid, SIGKILL) == 0;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(killed_mid_write) << "registration finished before it could be killed";
+  ASSERT_TRUE(WIFSIGNALED(status));
+
+  auto catalog = OpenCatalog();
+  EXPECT_EQ(catalog->ListDatasets().value(), std::vector<std::string>{"small"});
+  EXPECT_EQ(catalog->SampleCount().value(), 1u);
+  EXPECT_EQ(catalog->GetDataset("small")->ids, small_ids);
+  auto db = SqliteDb::Open(state() / "catalog.db").value();
+  auto check = db->Prepare("PRAGMA integrity_check").value();
+  ASSERT_TRUE(check.Step().value());
+  EXPECT_EQ(check.ColumnText(0), "ok");
+  // And the same registration completes afterwards.
+  CliRun done = Carpool({"add", "big", "--list", (tmp_.path() / "big.csv").string()});
+  ASSERT_EQ(done.code, 0) << done.err;
+  EXPECT_NE(done.out.find("200000 samples (200000 new)"), std::string::npos) << done.out;
+}
+
+}  // namespace
+}  // namespace carpool

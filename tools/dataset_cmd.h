@@ -1,0 +1,62 @@
+// Pieces shared by the files of `carpool dataset` (dataset_cmd*.cc, dataset_gen.cc).
+#ifndef CARPOOL_TOOLS_DATASET_CMD_H_
+#define CARPOOL_TOOLS_DATASET_CMD_H_
+
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "carpool/status.h"
+#include "datasets/catalog.h"
+#include "datasets/source.h"
+
+namespace carpool::tools {
+
+// A one-line progress bar on stderr. It draws only when stderr is a terminal, --quiet is off and
+// the work has run for more than a second. Thread-compatible (ProgressFn contract: one caller at
+// a time).
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool quiet);
+  ~ProgressBar();  // ends the line if anything was drawn
+  void Update(std::string_view phase, uint64_t done, uint64_t total);
+  ProgressFn Fn() {
+    return [this](std::string_view p, uint64_t d, uint64_t t) { Update(p, d, t); };
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool enabled_;
+  bool drawn_ = false;
+  Clock::time_point start_, last_draw_;
+};
+
+// "carpool dataset <verb>: <message>" on stderr; returns the exit code 1.
+int Fail(std::string_view verb, const Status& status);
+
+// Parses argv into `vm` with `opts` (which must hold "help") and `pos`. Returns an exit code
+// when the verb should stop now: 0 after printing --help, 2 after printing a usage error.
+std::optional<int> ParseVerbArgs(std::string_view verb, int argc, char** argv,
+                                 const boost::program_options::options_description& opts,
+                                 const boost::program_options::positional_options_description& pos,
+                                 boost::program_options::variables_map* vm);
+
+// Prints "carpool dataset <verb>: <problem>; see --help" and returns the usage exit code 2.
+int UsageError(std::string_view verb, std::string_view problem);
+
+// Resolves the state dir (flag, env, XDG, home) and opens its catalog.
+Result<std::unique_ptr<Catalog>> OpenCatalog(std::string_view state_dir_flag);
+
+// Subcommands; argv[0] is "carpool dataset <verb>".
+int DatasetAdd(int argc, char** argv);
+int DatasetGen(int argc, char** argv);
+int DatasetBench(int argc, char** argv);
+int DatasetInspect(std::string_view verb, int argc, char** argv);  // ls, show, rm, overlap
+
+}  // namespace carpool::tools
+
+#endif  // CARPOOL_TOOLS_DATASET_CMD_H_
