@@ -1,0 +1,192 @@
+// `carpool sim`: the sampler without I/O. Builds the jobs from --job specs (id ranges, or datasets
+// of the catalog), runs sampler/sim.h's loop and prints the summary, optionally a CSV trace.
+#include <fmt/core.h>
+
+#include <boost/program_options.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "datasets/catalog.h"
+#include "datasets/state_dir.h"
+#include "sampler/sim.h"
+#include "sampler/sim_spec.h"
+#include "tools/command.h"
+
+namespace carpool::tools {
+namespace {
+
+namespace po = boost::program_options;
+
+constexpr std::string_view kUsage = R"(usage: carpool sim --job NAME=SPEC [--job NAME=SPEC ...] [options]
+
+Runs the dependent sampler alone (no I/O): each job joins at its START round, takes part in a
+round with probability SPEED, runs E epochs and leaves.
+
+  SPEC := LO:HI[%FRACTION][@START][xSPEED] | dataset:REGISTERED_NAME[@START][xSPEED]
+    LO:HI       sample ids [LO, HI)
+    %FRACTION   keep a seeded random FRACTION in (0, 1] of them
+    @START      join at round START (default 0)
+    xSPEED      take part in each round with probability SPEED in (0, 1] (default 1)
+
+options:
+)";
+
+int Fail(const Status& s) {
+  fmt::print(stderr, "carpool sim: {}\n", s.message());
+  return 1;
+}
+
+// Resolves every spec to a SimJob. The catalog is opened only if some spec names a dataset.
+Result<std::vector<SimJob>> BuildJobs(const std::vector<std::string>& args, uint64_t seed,
+                                      const std::string& state_dir_flag) {
+  std::vector<SimJob> jobs;
+  std::unique_ptr<Catalog> catalog;
+  for (size_t i = 0; i < args.size(); ++i) {
+    Result<JobSpec> spec = ParseJobSpec(args[i]);
+    if (!spec.ok()) return spec.status();
+    SimJob job{spec->name, Roaring(), spec->start, spec->speed};
+    if (spec->dataset.empty()) {
+      Result<Roaring> ids = RangeIds(*spec, SplitMix64(seed + 1 + i));
+      if (!ids.ok()) return ids.status();
+      job.dataset = std::move(*ids);
+    } else {
+      if (catalog == nullptr) {
+        Result<std::filesystem::path> dir = ResolveStateDir(state_dir_flag);
+        if (!dir.ok()) return dir.status();
+        Result<std::unique_ptr<Catalog>> opened = Catalog::Open(*dir);
+        if (!opened.ok()) return opened.status();
+        catalog = std::move(*opened);
+      }
+      Result<DatasetInfo> info = catalog->GetDataset(spec->dataset);
+      if (!info.ok()) return info.status();
+      job.dataset = std::move(info->ids);
+    }
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+void PrintText(const SimSummary& s) {
+  fmt::print("rounds                      {}\n", s.rounds);
+  fmt::print("assignments                 {}\n", s.assignments);
+  fmt::print("distinct (round, sample)    {}\n", s.distinct);
+  fmt::print("sharing ratio               {:.4f}\n", s.sharing_ratio);
+  for (const SimSummary::Job& j : s.jobs) {
+    fmt::print("job {:<23} {} assignments, {} epochs\n", j.name, j.assignments, j.epochs);
+  }
+  if (s.has_pair) {
+    fmt::print("pair {},{}: shared in {} of {} rounds both took part in: fraction {:.4f}, "
+               "mean bound |R1∩R2|/max(|R1|,|R2|) {:.4f}\n",
+               s.jobs[0].name, s.jobs[1].name, s.pair_shared, s.pair_rounds, s.shared_fraction,
+               s.mean_bound);
+  }
+}
+
+// Job names hold only [A-Za-z0-9_.-] (ParseJobSpec checks), so they need no JSON escaping.
+void PrintJson(const SimSummary& s) {
+  std::string jobs;
+  for (const SimSummary::Job& j : s.jobs) {
+    jobs += fmt::format("{}{{\"name\":\"{}\",\"assignments\":{},\"epochs\":{}}}",
+                        jobs.empty() ? "" : ",", j.name, j.assignments, j.epochs);
+  }
+  std::string pair = "null";
+  if (s.has_pair) {
+    pair = fmt::format(
+        "{{\"jobs\":[\"{}\",\"{}\"],\"rounds_both\":{},\"shared_rounds\":{},"
+        "\"shared_fraction\":{},\"mean_bound\":{}}}",
+        s.jobs[0].name, s.jobs[1].name, s.pair_rounds, s.pair_shared, s.shared_fraction,
+        s.mean_bound);
+  }
+  fmt::print(
+      "{{\"rounds\":{},\"assignments\":{},\"distinct_round_samples\":{},\"sharing_ratio\":{},"
+      "\"jobs\":[{}],\"pair\":{}}}\n",
+      s.rounds, s.assignments, s.distinct, s.sharing_ratio, jobs, pair);
+}
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+int Sim(int argc, char** argv) {
+  std::vector<std::string> job_args;
+  uint64_t epochs = 1, seed = 1;
+  std::string trace_path, state_dir;
+  po::options_description opts;
+  opts.add_options()("help,h", "show this help")(
+      "job", po::value(&job_args)->composing(), "NAME=SPEC (repeat for each job)")(
+      "epochs", po::value(&epochs)->default_value(1), "epochs per job (E)")(
+      "seed", po::value(&seed)->default_value(1), "seed of the sampler, coins and fractions")(
+      "trace", po::value(&trace_path), "write round,job,epoch,sample CSV to FILE")(
+      "json", "print the summary as one JSON object")(
+      "state-dir", po::value(&state_dir), "catalog directory for dataset: specs");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    fmt::print(stderr, "carpool sim: {}; see 'carpool sim --help'\n", e.what());
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::ostringstream help;
+    help << opts;
+    fmt::print("{}{}", kUsage, help.str());
+    return 0;
+  }
+  if (job_args.empty()) {
+    fmt::print(stderr, "carpool sim: no --job given; e.g. 'carpool sim --job a=0:1000 --job "
+                       "b=500:1500'\n");
+    return 2;
+  }
+  Result<std::vector<SimJob>> jobs = BuildJobs(job_args, seed, state_dir);
+  if (!jobs.ok()) return Fail(jobs.status());
+  Result<std::unique_ptr<Simulation>> sim =
+      Simulation::Create(std::move(*jobs), {.epochs = epochs, .seed = seed});
+  if (!sim.ok()) return Fail(sim.status());
+  std::unique_ptr<std::FILE, FileCloser> trace;
+  if (!trace_path.empty()) {
+    trace.reset(std::fopen(trace_path.c_str(), "w"));
+    if (trace == nullptr) {
+      return Fail(Status::IOError(fmt::format("cannot write --trace \"{}\": {}; check that its "
+                                              "directory exists and is writable",
+                                              trace_path, std::strerror(errno))));
+    }
+    fmt::print(trace.get(), "round,job,epoch,sample\n");
+  }
+  Simulation& s = **sim;
+  SimStats stats(s);
+  while (!s.Done()) {
+    s.BeginRound();
+    std::vector<JobId> participants = s.DrawParticipants();
+    stats.BeforeRound(participants);
+    const RoundRecord& r = s.FinishRound(participants);
+    stats.AfterRound(r);
+    if (trace == nullptr) continue;
+    for (const Assignment& a : r.assignments) {
+      for (JobId j : a.jobs) {
+        fmt::print(trace.get(), "{},{},{},{}\n", r.round, s.jobs()[j].name, r.epoch[j], a.sample);
+      }
+    }
+  }
+  if (trace != nullptr && (std::fflush(trace.get()) != 0 || std::ferror(trace.get()))) {
+    return Fail(Status::IOError(
+        fmt::format("writing --trace \"{}\" failed: {}", trace_path, std::strerror(errno))));
+  }
+  if (vm.count("json")) {
+    PrintJson(stats.Summary());
+  } else {
+    PrintText(stats.Summary());
+  }
+  return 0;
+}
+
+const CommandRegistrar kRegistrar("sim", "run the dependent sampler alone on synthetic or "
+                                  "registered datasets", Sim);
+
+}  // namespace
+}  // namespace carpool::tools
