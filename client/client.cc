@@ -165,8 +165,9 @@ Result<std::optional<Batch>> Job::Next() {
     state_->cv.wait(lock, [this] {
       return !state_->ready.empty() || !state_->failure.ok() || state_->end_of_data;
     });
+    // All epochs delivered wins over a later failure (e.g. the server stopping afterwards).
+    if (state_->end_of_data && state_->ready.empty()) return std::optional<Batch>();
     if (!state_->failure.ok()) return state_->failure;
-    if (state_->ready.empty()) return std::optional<Batch>();
     ready = state_->ready.front();
     state_->ready.pop_front();
   }

@@ -11,7 +11,6 @@
 
 #include <csignal>
 #include <cstring>
-#include <regex>
 #include <thread>
 
 #include "carpool/carpool.h"
@@ -25,10 +24,15 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
+// The value of "key":<digits> in a flat JSON object, or -1 if absent.
 int64_t JsonInt(const std::string& json, const std::string& key) {
-  std::smatch m;
-  if (!std::regex_search(json, m, std::regex("\"" + key + "\":(\\d+)"))) return -1;
-  return std::stoll(m[1]);
+  std::string needle = "\"" + key + "\":";
+  size_t at = json.find(needle);
+  if (at == std::string::npos) return -1;
+  size_t start = at + needle.size();
+  size_t end = json.find_first_not_of("0123456789", start);
+  if (end == start) return -1;
+  return std::stoll(json.substr(start, end - start));
 }
 
 std::string TestSocketPath(const char* tag) {

@@ -51,7 +51,8 @@ class JobService {
 
   // The job's session closed (bye, disconnect, lease expiry, protocol violation, server stop).
   // Drop the job from the tree, free its queue, references, pins and all its slots, and drop the
-  // sink. Called exactly once per successfully created job.
+  // sink. Called exactly once per successfully created job. When it returns, no engine thread may
+  // call the job's sink any more (the control plane may be destroyed right after).
   virtual void RemoveJob(uint64_t job_id) = 0;
 
   // Statistics as a JSON text: of one job, or server-wide when job_id == 0.

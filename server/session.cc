@@ -177,7 +177,7 @@ void Session::Reply(const protocol::Message& message) {
 }
 
 void Session::QueueFrame(std::vector<uint8_t> frame) {
-  if (closed_) return;
+  if (closed_ || closing_) return;  // after a violation only the error frame goes out
   outbox_.push_back(std::move(frame));
   if (!writing_) WriteNext();
 }
