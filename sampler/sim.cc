@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <set>
 #include <utility>
@@ -135,6 +136,7 @@ void SimStats::BeforeRound(std::span<const JobId> participants) {
   const uint64_t larger = std::max(sim_.tree().Remaining(0), sim_.tree().Remaining(1));
   last_bound_ = static_cast<double>(inter_) / static_cast<double>(larger);
   bound_sum_ += last_bound_;
+  bound_var_sum_ += last_bound_ * (1 - last_bound_);
   pair_in_round_ = true;
 }
 
@@ -174,6 +176,7 @@ SimSummary SimStats::Summary() const {
   if (s.pair_rounds > 0) {
     s.shared_fraction = static_cast<double>(s.pair_shared) / static_cast<double>(s.pair_rounds);
     s.mean_bound = bound_sum_ / static_cast<double>(s.pair_rounds);
+    s.bound_sd = std::sqrt(bound_var_sum_) / static_cast<double>(s.pair_rounds);
   }
   return s;
 }

@@ -110,6 +110,9 @@ struct SimSummary {
   uint64_t pair_shared = 0;
   double shared_fraction = 0;      // pair_shared / pair_rounds
   double mean_bound = 0;           // mean of |R1∩R2| / max(|R1|, |R2|) before each such round
+  // sqrt(Σ bound_t(1 - bound_t)) / pair_rounds: the standard deviation of shared_fraction around
+  // mean_bound when every such round shares with probability bound_t (two jobs: Theorem 1).
+  double bound_sd = 0;
 };
 
 // Accumulates a SimSummary. |R1∩R2| is kept incrementally and recomputed only after the first two
@@ -131,6 +134,7 @@ class SimStats {
   bool inter_valid_ = false;
   uint64_t inter_ = 0;
   double bound_sum_ = 0;
+  double bound_var_sum_ = 0;
   double last_bound_ = 0;
 };
 

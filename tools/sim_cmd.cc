@@ -80,10 +80,11 @@ void PrintText(const SimSummary& s) {
     fmt::print("job {:<23} {} assignments, {} epochs\n", j.name, j.assignments, j.epochs);
   }
   if (s.has_pair) {
-    fmt::print("pair {},{}: shared in {} of {} rounds both took part in: fraction {:.4f}, "
-               "mean bound |R1∩R2|/max(|R1|,|R2|) {:.4f}\n",
+    fmt::print("pair {},{}: shared in {} of {} rounds both took part in: fraction {:.4f}; "
+               "mean bound |R1∩R2|/max(|R1|,|R2|) {:.4f} (sd of the fraction at the bound "
+               "{:.4f})\n",
                s.jobs[0].name, s.jobs[1].name, s.pair_shared, s.pair_rounds, s.shared_fraction,
-               s.mean_bound);
+               s.mean_bound, s.bound_sd);
   }
 }
 
@@ -98,9 +99,9 @@ void PrintJson(const SimSummary& s) {
   if (s.has_pair) {
     pair = fmt::format(
         "{{\"jobs\":[\"{}\",\"{}\"],\"rounds_both\":{},\"shared_rounds\":{},"
-        "\"shared_fraction\":{},\"mean_bound\":{}}}",
+        "\"shared_fraction\":{},\"mean_bound\":{},\"bound_sd\":{}}}",
         s.jobs[0].name, s.jobs[1].name, s.pair_rounds, s.pair_shared, s.shared_fraction,
-        s.mean_bound);
+        s.mean_bound, s.bound_sd);
   }
   fmt::print(
       "{{\"rounds\":{},\"assignments\":{},\"distinct_round_samples\":{},\"sharing_ratio\":{},"

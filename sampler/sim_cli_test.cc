@@ -1,0 +1,79 @@
+// Runs the real `carpool sim` binary ($CARPOOL_BIN_DIR/carpool) and checks its JSON summary.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <regex>
+#include <string>
+
+namespace carpool {
+namespace {
+
+struct Output {
+  int exit_code;
+  std::string text;
+};
+
+Output RunCarpool(const std::string& args) {
+  const char* dir = std::getenv("CARPOOL_BIN_DIR");
+  std::string cmd = std::string(dir ? dir : ".") + "/carpool " + args + " 2>&1";
+  Output out{-1, ""};
+  std::FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.text.append(buf, n);
+  const int status = pclose(pipe);
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+double Field(const std::string& json, const std::string& key) {
+  std::smatch m;
+  const std::regex re("\"" + key + "\":([-0-9.eE+]+)");
+  if (!std::regex_search(json, m, re)) {
+    ADD_FAILURE() << "no \"" << key << "\" in " << json;
+    return std::nan("");
+  }
+  return std::stod(m[1]);
+}
+
+TEST(SimCliTest, IdenticalJobsHaveSharingRatioTwo) {
+  Output o = RunCarpool("sim --job a=0:1000 --job b=0:1000 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  EXPECT_EQ(Field(o.text, "sharing_ratio"), 2.0);
+  EXPECT_EQ(Field(o.text, "assignments"), 2000);
+  EXPECT_EQ(Field(o.text, "distinct_round_samples"), 1000);
+  EXPECT_EQ(Field(o.text, "shared_fraction"), 1.0);
+  EXPECT_EQ(Field(o.text, "mean_bound"), 1.0);
+}
+
+// The shared fraction must agree with the mean bound within z = 3.29 of its own standard deviation
+// (two-sided 1e-3), for several seeds.
+TEST(SimCliTest, HalfOverlapSharesAtTheMeanBound) {
+  for (int seed = 1; seed <= 3; ++seed) {
+    Output o = RunCarpool("sim --job a=0:1000 --job b=500:1500 --json --seed " +
+                          std::to_string(seed));
+    ASSERT_EQ(o.exit_code, 0) << o.text;
+    const double fraction = Field(o.text, "shared_fraction");
+    const double bound = Field(o.text, "mean_bound");
+    const double sd = Field(o.text, "bound_sd");
+    EXPECT_GT(bound, 0.4);
+    EXPECT_LT(bound, 0.6);
+    EXPECT_GT(sd, 0);
+    EXPECT_LE(std::fabs(fraction - bound), 3.29 * sd) << o.text;
+    EXPECT_NEAR(Field(o.text, "sharing_ratio"), 2000.0 / (2000 - 1000 * fraction), 1e-9);
+  }
+}
+
+TEST(SimCliTest, BadSpecIsOneClearLine) {
+  Output o = RunCarpool("sim --job a=5:1");
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_NE(o.text.find("\"a=5:1\""), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("5:1"), std::string::npos);
+  EXPECT_EQ(o.text.find('\n'), o.text.size() - 1) << o.text;
+}
+
+}  // namespace
+}  // namespace carpool
