@@ -1,0 +1,49 @@
+// The device side of GpuAssembler: plain descriptors shared by the host code (g++) and the kernel
+// (nvcc), and the launch. One block row per output image; every block of an image builds its
+// job's value table in shared memory, then gathers, crops, flips and converts its pixels.
+#ifndef CARPOOL_SERVER_GPU_ASSEMBLE_KERNEL_H_
+#define CARPOOL_SERVER_GPU_ASSEMBLE_KERNEL_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace carpool::gpu {
+
+inline constexpr int kKernelMaxChannels = 4;
+inline constexpr int kKernelThreads = 256;
+
+// Per job: what every image of its batch is turned into.
+struct KernelJob {
+  float mean[kKernelMaxChannels];
+  float std[kKernelMaxChannels];
+  int32_t channels;
+  int32_t out_height;
+  int32_t out_width;
+  uint8_t dtype;      // carpool::DType value
+  uint8_t layout;     // carpool::Layout value
+  uint8_t normalize;  // 0 or 1
+  uint8_t reserved;
+};
+
+// Per output image: where its prepared sample sits in staging and its crop window.
+struct KernelImage {
+  uint64_t src_offset;  // bytes from the staging base
+  void* dst;            // device address of the output image
+  int32_t src_width;    // pixels per row of the prepared sample
+  int32_t y;            // window top-left corner
+  int32_t x;
+  int32_t flip;
+  int32_t job;  // index into the job table
+  int32_t reserved;
+};
+
+// Enqueues the kernel on `stream` over images[0, num_images) with blocks_per_image blocks each.
+// jobs and images are device pointers. Returns the launch error, if any (cudaGetLastError).
+cudaError_t LaunchAssembleKernel(const uint8_t* staging, const KernelJob* jobs,
+                                 const KernelImage* images, int num_images, int blocks_per_image,
+                                 cudaStream_t stream);
+
+}  // namespace carpool::gpu
+
+#endif  // CARPOOL_SERVER_GPU_ASSEMBLE_KERNEL_H_

@@ -1,0 +1,270 @@
+#include "server/gpu/gpu_assembler.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include "server/assemble.h"
+#include "server/gpu/assemble_kernel.h"
+#include "server/gpu/device_probe.h"
+
+namespace carpool::gpu {
+namespace {
+
+constexpr size_t kStagingAlign = 256;  // each sample starts on a fresh 256-byte segment
+constexpr size_t kGrowQuantum = size_t{1} << 20;
+constexpr int kPixelsPerThread = 8;  // work per thread before another block pays off
+constexpr int kMaxBlocksPerImage = 64;
+
+size_t AlignUp(size_t n, size_t align) { return (n + align - 1) / align * align; }
+
+Status CheckDeviceDestination(int job, const JobBatchRequest& req, int device) {
+  if (req.device_dst == nullptr) {
+    return Status::InvalidArgument(
+        fmt::format("job {}: device_dst is null; give a device buffer of at least the batch size",
+                    job));
+  }
+  if (reinterpret_cast<uintptr_t>(req.device_dst) % DTypeSize(req.spec.dtype) != 0) {
+    return Status::InvalidArgument(fmt::format("job {}: device_dst {} is not aligned for {}", job,
+                                               req.device_dst, DTypeName(req.spec.dtype)));
+  }
+  cudaPointerAttributes attr{};
+  if (Status s = CudaCheck(cudaPointerGetAttributes(&attr, req.device_dst),
+                           fmt::format("job {}: cudaPointerGetAttributes", job));
+      !s.ok()) {
+    return s;
+  }
+  const bool on_device = attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  if (!on_device || attr.device != device) {
+    return Status::InvalidArgument(fmt::format(
+        "job {}: device_dst {} is not device memory of CUDA device {} (memory type {}, device "
+        "{}); allocate it with cudaMalloc on that device",
+        job, req.device_dst, device, static_cast<int>(attr.type), attr.device));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+// The host-side result of checking a call: descriptor tables and the unique uploads.
+struct GpuAssembler::Plan {
+  struct Upload {
+    const uint8_t* host = nullptr;
+    PreparedShape shape;
+    size_t offset = 0;  // in staging
+  };
+  std::vector<KernelJob> jobs;
+  std::vector<KernelImage> images;
+  std::vector<Upload> uploads;
+  size_t staging_bytes = 0;
+  size_t output_bytes = 0;
+  size_t images_offset = 0;  // of the image table in the descriptor buffer
+  size_t descriptor_bytes = 0;
+  int blocks_per_image = 1;
+
+  Status Add(int job, const JobBatchRequest& req, int device,
+             std::unordered_map<const uint8_t*, size_t>& unique);
+};
+
+Status GpuAssembler::Plan::Add(int job, const JobBatchRequest& req, int device,
+                               std::unordered_map<const uint8_t*, size_t>& unique) {
+  if (req.seeds.size() != req.samples.size()) {
+    return Status::InvalidArgument(fmt::format("job {}: batch has {} samples but {} seeds", job,
+                                               req.samples.size(), req.seeds.size()));
+  }
+  Result<ImageShape> shape = BatchImageShape(req.spec, req.samples);
+  if (!shape.ok()) {
+    return Status(shape.status().code(), fmt::format("job {}: {}", job, shape.status().message()));
+  }
+  const size_t image_bytes = shape->bytes();
+  if (req.dst_bytes < image_bytes * req.samples.size()) {
+    return Status::InvalidArgument(
+        fmt::format("job {}: device_dst holds {} bytes; {} images of {} bytes need {}", job,
+                    req.dst_bytes, req.samples.size(), image_bytes,
+                    image_bytes * req.samples.size()));
+  }
+  if (Status s = CheckDeviceDestination(job, req, device); !s.ok()) return s;
+
+  KernelJob kj{};
+  for (size_t c = 0; c < req.spec.mean.size(); ++c) {
+    kj.mean[c] = req.spec.mean[c];
+    kj.std[c] = req.spec.std[c];
+  }
+  kj.channels = shape->channels;
+  kj.out_height = shape->height;
+  kj.out_width = shape->width;
+  kj.dtype = static_cast<uint8_t>(req.spec.dtype);
+  kj.layout = static_cast<uint8_t>(req.spec.layout);
+  kj.normalize = req.spec.normalize ? 1 : 0;
+  jobs.push_back(kj);
+
+  const int pixels = shape->height * shape->width;
+  const int wanted = (pixels + kKernelThreads * kPixelsPerThread - 1) /
+                     (kKernelThreads * kPixelsPerThread);
+  blocks_per_image = std::max(blocks_per_image, std::min(wanted, kMaxBlocksPerImage));
+
+  auto* dst = static_cast<std::byte*>(req.device_dst);
+  for (size_t i = 0; i < req.samples.size(); ++i) {
+    const PreparedView& view = req.samples[i];
+    auto [it, inserted] = unique.try_emplace(view.data, uploads.size());
+    if (inserted) {
+      uploads.push_back({view.data, view.shape, staging_bytes});
+      staging_bytes += AlignUp(view.shape.bytes(), kStagingAlign);
+    } else if (uploads[it->second].shape != view.shape) {
+      const PreparedShape& seen = uploads[it->second].shape;
+      return Status::InvalidArgument(fmt::format(
+          "job {} sample {}: host address {} was given as {}x{}x{} and as {}x{}x{}; one address "
+          "must be one prepared sample",
+          job, i, static_cast<const void*>(view.data), seen.height, seen.width, seen.channels,
+          view.shape.height, view.shape.width, view.shape.channels));
+    }
+    const CropWindow w = DrawCropWindow(req.spec, view.shape, req.seeds[i]);
+    images.push_back({.src_offset = uploads[it->second].offset,
+                      .dst = dst + i * image_bytes,
+                      .src_width = view.shape.width,
+                      .y = w.y,
+                      .x = w.x,
+                      .flip = w.flip ? 1 : 0,
+                      .job = job,
+                      .reserved = 0});
+  }
+  output_bytes += image_bytes * req.samples.size();
+  return Status::OK();
+}
+
+Result<std::unique_ptr<GpuAssembler>> GpuAssembler::Create(int device) {
+  const int count = CudaDeviceCount();
+  if (count == 0) {
+    return Status::Unavailable(
+        "no CUDA device: cannot assemble batches on a GPU; use the CPU batch path");
+  }
+  if (device < 0 || device >= count) {
+    return Status::InvalidArgument(
+        fmt::format("CUDA device {} does not exist; this machine has {} (0..{})", device, count,
+                    count - 1));
+  }
+  if (Status s = CudaCheck(cudaSetDevice(device), fmt::format("cudaSetDevice({})", device));
+      !s.ok()) {
+    return s;
+  }
+  std::unique_ptr<GpuAssembler> assembler(new GpuAssembler(device));
+  Result<CudaEvent> done = CudaEvent::Create();
+  if (!done.ok()) return done.status();
+  Result<CudaEvent> copied = CudaEvent::Create();
+  if (!copied.ok()) return copied.status();
+  assembler->done_ = std::move(*done);
+  assembler->tables_copied_ = std::move(*copied);
+  return assembler;
+}
+
+GpuAssembler::~GpuAssembler() {
+  // The buffers may still be in use by the last kernel; freeing waits, but say so explicitly.
+  if (done_) CudaCheckNoThrow(cudaEventSynchronize(done_.get()), "cudaEventSynchronize");
+}
+
+Status GpuAssembler::Reserve(const Plan& plan) {
+  const bool grow_staging = staging_.bytes() < plan.staging_bytes;
+  const bool grow_tables = descriptors_.bytes() < plan.descriptor_bytes;
+  if (!grow_staging && !grow_tables) return Status::OK();
+  // The last call's copies and kernel may still read the buffers being replaced.
+  if (Status s = done_.Synchronize(); !s.ok()) return s;
+  if (grow_staging) {
+    staging_.Reset();
+    Result<DeviceBuffer> buf = DeviceBuffer::Allocate(AlignUp(plan.staging_bytes, kGrowQuantum));
+    if (!buf.ok()) return buf.status();
+    staging_ = std::move(*buf);
+  }
+  if (grow_tables) {
+    const size_t bytes = AlignUp(plan.descriptor_bytes, size_t{64} << 10);
+    descriptors_.Reset();
+    host_descriptors_.Reset();
+    Result<DeviceBuffer> dev = DeviceBuffer::Allocate(bytes);
+    if (!dev.ok()) return dev.status();
+    Result<PinnedHostBuffer> host = PinnedHostBuffer::Allocate(bytes);
+    if (!host.ok()) return host.status();
+    descriptors_ = std::move(*dev);
+    host_descriptors_ = std::move(*host);
+  }
+  return Status::OK();
+}
+
+Status GpuAssembler::Enqueue(const Plan& plan, cudaStream_t stream) {
+  // Staging and tables are reused: the device waits for the last call's kernel, the host only
+  // for the last copy out of the pinned table before rewriting it.
+  if (Status s = CudaCheck(cudaStreamWaitEvent(stream, done_.get(), 0), "cudaStreamWaitEvent");
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = tables_copied_.Synchronize(); !s.ok()) return s;
+  auto* host = static_cast<std::byte*>(host_descriptors_.data());
+  std::memcpy(host, plan.jobs.data(), plan.jobs.size() * sizeof(KernelJob));
+  std::memcpy(host + plan.images_offset, plan.images.data(),
+              plan.images.size() * sizeof(KernelImage));
+  if (Status s = CudaCheck(cudaMemcpyAsync(descriptors_.data(), host, plan.descriptor_bytes,
+                                           cudaMemcpyHostToDevice, stream),
+                           "cudaMemcpyAsync(descriptor tables)");
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = tables_copied_.Record(stream); !s.ok()) return s;
+  auto* staging = static_cast<uint8_t*>(staging_.data());
+  for (const Plan::Upload& up : plan.uploads) {
+    if (Status s = CudaCheck(cudaMemcpyAsync(staging + up.offset, up.host, up.shape.bytes(),
+                                             cudaMemcpyHostToDevice, stream),
+                             "cudaMemcpyAsync(sample to staging)");
+        !s.ok()) {
+      return s;
+    }
+    ++total_uploads_;
+  }
+  auto* tables = static_cast<std::byte*>(descriptors_.data());
+  if (Status s = CudaCheck(
+          LaunchAssembleKernel(staging, reinterpret_cast<const KernelJob*>(tables),
+                               reinterpret_cast<const KernelImage*>(tables + plan.images_offset),
+                               static_cast<int>(plan.images.size()), plan.blocks_per_image,
+                               stream),
+          "AssembleKernel launch");
+      !s.ok()) {
+    return s;
+  }
+  return done_.Record(stream);
+}
+
+Result<AssembleStats> GpuAssembler::AssembleBatches(std::span<const JobBatchRequest> jobs,
+                                                    cudaStream_t stream) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+    return Status::InvalidArgument(
+        "AssembleBatches needs a created stream, not the default stream; use CudaStream::Create");
+  }
+  if (Status s = CudaCheck(cudaSetDevice(device_), fmt::format("cudaSetDevice({})", device_));
+      !s.ok()) {
+    return s;
+  }
+  AssembleStats stats;
+  stats.jobs = jobs.size();
+  if (jobs.empty()) {
+    stats.staging_capacity = staging_.bytes();
+    return stats;
+  }
+  Plan plan;
+  std::unordered_map<const uint8_t*, size_t> unique;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (Status s = plan.Add(static_cast<int>(j), jobs[j], device_, unique); !s.ok()) return s;
+  }
+  plan.images_offset = AlignUp(plan.jobs.size() * sizeof(KernelJob), 16);
+  plan.descriptor_bytes = plan.images_offset + plan.images.size() * sizeof(KernelImage);
+  if (Status s = Reserve(plan); !s.ok()) return s;
+  if (Status s = Enqueue(plan, stream); !s.ok()) return s;
+
+  stats.images = plan.images.size();
+  stats.uploads = plan.uploads.size();
+  for (const Plan::Upload& up : plan.uploads) stats.upload_bytes += up.shape.bytes();
+  stats.output_bytes = plan.output_bytes;
+  stats.staging_capacity = staging_.bytes();
+  return stats;
+}
+
+}  // namespace carpool::gpu
