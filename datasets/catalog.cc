@@ -114,14 +114,14 @@ Result<DatasetInfo> Catalog::GetDataset(std::string_view name) const {
     Result<std::vector<std::string>> known = ListDatasets();
     std::string list = known.ok() && !known->empty() ? fmt::format("{}", fmt::join(*known, ", "))
                                                      : std::string("none");
-    return Status::NotFound(fmt::format(
-        "dataset \"{}\" not found (known: {}); register it with 'carpool dataset add'", name,
-        list));
+    return Status::NotFound(
+        fmt::format("dataset \"{}\" not found (known: {}); register it with 'carpool dataset add'",
+                    name, list));
   }
   DatasetInfo info;
   info.name = std::string(stmt->ColumnText(0));
-  Result<Roaring> ids = DecodeIds(stmt->ColumnBlob(1), static_cast<uint64_t>(stmt->ColumnInt(2)),
-                                  info.name);
+  Result<Roaring> ids =
+      DecodeIds(stmt->ColumnBlob(1), static_cast<uint64_t>(stmt->ColumnInt(2)), info.name);
   if (!ids.ok()) return ids.status();
   info.ids = std::move(*ids);
   info.prepare_spec = std::string(stmt->ColumnText(3));
@@ -154,8 +154,8 @@ Result<std::vector<SampleRecord>> Catalog::GetSamples(const Roaring& ids) const 
   constexpr std::string_view kColumns = "SELECT id, dir, name, record, size, label FROM samples";
   const uint64_t lo = ids.minimum(), hi = ids.maximum();
   const bool range_scan = ids.cardinality() * kRangeScanDensity >= hi - lo + 1;
-  Result<SqliteStmt> stmt = db_->Prepare(
-      fmt::format("{} WHERE id {}", kColumns, range_scan ? "BETWEEN ? AND ?" : "= ?"));
+  Result<SqliteStmt> stmt =
+      db_->Prepare(fmt::format("{} WHERE id {}", kColumns, range_scan ? "BETWEEN ? AND ?" : "= ?"));
   if (!stmt.ok()) return stmt.status();
   out.reserve(ids.cardinality());
   auto take_row = [&]() {
@@ -220,8 +220,8 @@ Status Catalog::InsertDataset(const DatasetMeta& meta, const Roaring& ids, bool 
   Status s = CheckNewName(meta.name, replace);
   if (!s.ok()) return s;
   if (ids.isEmpty()) {
-    return Status::InvalidArgument(fmt::format(
-        "dataset \"{}\" would be empty; check the source or the selection", meta.name));
+    return Status::InvalidArgument(
+        fmt::format("dataset \"{}\" would be empty; check the source or the selection", meta.name));
   }
   Result<SqliteStmt> del = db_->Prepare("DELETE FROM datasets WHERE name=?");
   if (!del.ok()) return del.status();
@@ -243,8 +243,7 @@ Status Catalog::InsertDataset(const DatasetMeta& meta, const Roaring& ids, bool 
   return ins->Run();
 }
 
-Result<DatasetInfo> Catalog::AddDataset(const DatasetMeta& meta, const Roaring& ids,
-                                        bool replace) {
+Result<DatasetInfo> Catalog::AddDataset(const DatasetMeta& meta, const Roaring& ids, bool replace) {
   int64_t now = UnixNow();
   Result<SqliteTransaction> txn = SqliteTransaction::Begin(db_.get());
   if (!txn.ok()) return txn.status();

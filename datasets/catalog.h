@@ -9,11 +9,10 @@
 #ifndef CARPOOL_DATASETS_CATALOG_H_
 #define CARPOOL_DATASETS_CATALOG_H_
 
-#include <roaring/roaring.hh>
-
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <roaring/roaring.hh>
 #include <string>
 #include <string_view>
 #include <vector>

@@ -2,9 +2,8 @@
 #ifndef CARPOOL_DATASETS_CATALOG_CODEC_H_
 #define CARPOOL_DATASETS_CATALOG_CODEC_H_
 
-#include <roaring/roaring.hh>
-
 #include <cstdint>
+#include <roaring/roaring.hh>
 #include <span>
 #include <string>
 #include <string_view>

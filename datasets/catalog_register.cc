@@ -129,8 +129,8 @@ Result<RegisterReport> Catalog::Register(const DatasetMeta& meta, const SourceSc
   s = InsertDataset(meta, ids, replace, now);
   if (s.ok()) s = txn->Commit();
   if (!s.ok()) return s;
-  report.info = DatasetInfo{meta.name, std::move(ids), meta.prepare_spec, meta.classes,
-                            meta.source_desc, now};
+  report.info = DatasetInfo{meta.name,    std::move(ids),   meta.prepare_spec,
+                            meta.classes, meta.source_desc, now};
   return report;
 }
 

@@ -60,8 +60,9 @@ Result<DerivedSet> SelectClasses(const Catalog& catalog, const DatasetInfo& from
     if (index < 0 && ParseU64(item, &n) && n < from.classes.size()) index = static_cast<int32_t>(n);
     if (index < 0) {
       return Status::InvalidArgument(fmt::format(
-          "class \"{}\" is not in dataset \"{}\" (classes: {}); pass names or indices 0..{}",
-          item, from.name, from.classes.empty() ? "none" : fmt::format("{}", fmt::join(from.classes, ",")),
+          "class \"{}\" is not in dataset \"{}\" (classes: {}); pass names or indices 0..{}", item,
+          from.name,
+          from.classes.empty() ? "none" : fmt::format("{}", fmt::join(from.classes, ",")),
           static_cast<int64_t>(from.classes.size()) - 1));
     }
     wanted.insert(index);
@@ -82,7 +83,8 @@ Result<DerivedSet> SelectFraction(const DatasetInfo& from, double fraction, uint
   }
   std::vector<uint32_t> pool(from.ids.cardinality());
   from.ids.toUint32Array(pool.data());
-  const uint64_t k = static_cast<uint64_t>(std::llround(fraction * static_cast<double>(pool.size())));
+  const uint64_t k =
+      static_cast<uint64_t>(std::llround(fraction * static_cast<double>(pool.size())));
   // Partial Fisher-Yates: the first k slots become a uniform k-subset.
   std::mt19937_64 rng(seed);
   for (uint64_t i = 0; i < k; ++i) {
@@ -116,20 +118,30 @@ Result<DerivedSet> Combine(SetOp op, const DatasetInfo& a, const DatasetInfo& b,
                            std::string_view prepare) {
   if (prepare.empty() && a.prepare_spec != b.prepare_spec) {
     return Status::InvalidArgument(fmt::format(
-        "datasets \"{}\" ({}) and \"{}\" ({}) have different prepare specs; pass --prepare",
-        a.name, a.prepare_spec, b.name, b.prepare_spec));
+        "datasets \"{}\" ({}) and \"{}\" ({}) have different prepare specs; pass --prepare", a.name,
+        a.prepare_spec, b.name, b.prepare_spec));
   }
   if (a.classes != b.classes) {
-    log::Warn("datasets \"{}\" and \"{}\" have different classes; the result keeps the classes "
-              "of \"{}\" and each sample its registered label",
-              a.name, b.name, a.name);
+    log::Warn(
+        "datasets \"{}\" and \"{}\" have different classes; the result keeps the classes "
+        "of \"{}\" and each sample its registered label",
+        a.name, b.name, a.name);
   }
   Roaring ids;
   std::string_view word;
   switch (op) {
-    case SetOp::kUnion: ids = a.ids | b.ids; word = "union"; break;
-    case SetOp::kIntersect: ids = a.ids & b.ids; word = "intersect"; break;
-    case SetOp::kMinus: ids = a.ids - b.ids; word = "minus"; break;
+    case SetOp::kUnion:
+      ids = a.ids | b.ids;
+      word = "union";
+      break;
+    case SetOp::kIntersect:
+      ids = a.ids & b.ids;
+      word = "intersect";
+      break;
+    case SetOp::kMinus:
+      ids = a.ids - b.ids;
+      word = "minus";
+      break;
   }
   DerivedSet d = From(a, std::move(ids), fmt::format("{} {} {}", a.name, word, b.name));
   if (!prepare.empty()) d.meta.prepare_spec = std::string(prepare);

@@ -71,7 +71,8 @@ TEST_F(DerivedTest, FractionIsUniform) {
 
 TEST_F(DerivedTest, IdRange) {
   uint32_t lo = all_.ids.minimum();
-  Result<DerivedSet> d = SelectIdRange(all_, std::to_string(lo + 10) + ":" + std::to_string(lo + 20));
+  Result<DerivedSet> d =
+      SelectIdRange(all_, std::to_string(lo + 10) + ":" + std::to_string(lo + 20));
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->ids.cardinality(), 10u);
   EXPECT_EQ(d->ids.minimum(), lo + 10);

@@ -27,7 +27,8 @@ struct Entry {
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -92,9 +93,9 @@ Result<SourceScan> ReadFileList(const fs::path& list, const ProgressFn& progress
     if (line_no == 1 && trimmed == "path,label") continue;
     Entry e;
     if (!ParseLine(line, &e)) {
-      return Status::InvalidArgument(fmt::format(
-          "{}:{}: malformed line \"{}\"; expected path,label (quote paths with commas)",
-          list.string(), line_no, trimmed.substr(0, 200)));
+      return Status::InvalidArgument(
+          fmt::format("{}:{}: malformed line \"{}\"; expected path,label (quote paths with commas)",
+                      list.string(), line_no, trimmed.substr(0, 200)));
     }
     entries.push_back(std::move(e));
     if (progress && entries.size() % 65536 == 0) progress("reading list", entries.size(), 0);
@@ -114,9 +115,9 @@ Result<SourceScan> ReadFileList(const fs::path& list, const ProgressFn& progress
     max_label = std::max(max_label, v);
   }
   if (integers && max_label > kMaxIntegerLabel) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: label {} is larger than {}; use labels 0..K-1 or class names", list.string(),
-        max_label, kMaxIntegerLabel));
+    return Status::InvalidArgument(
+        fmt::format("{}: label {} is larger than {}; use labels 0..K-1 or class names",
+                    list.string(), max_label, kMaxIntegerLabel));
   }
   std::vector<RawFile> files(entries.size());
   if (integers) {

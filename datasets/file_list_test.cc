@@ -12,9 +12,8 @@ TEST(FileListTest, IntegerLabelsRelativePathsAndHeader) {
   TempDirForTest tmp;
   WriteTestFile(tmp.path() / "img/a.jpg", "aaaa");
   WriteTestFile(tmp.path() / "img/b.jpg", "bb");
-  WriteTestFile(tmp.path() / "list.csv",
-                "path,label\nimg/a.jpg,0\n\n# comment\n" + (tmp.path() / "img/b.jpg").string() +
-                    ", 2\r\n");
+  WriteTestFile(tmp.path() / "list.csv", "path,label\nimg/a.jpg,0\n\n# comment\n" +
+                                             (tmp.path() / "img/b.jpg").string() + ", 2\r\n");
   Result<SourceScan> scan = ReadFileList(tmp.path() / "list.csv", nullptr);
   ASSERT_TRUE(scan.ok()) << scan.status().ToString();
   EXPECT_EQ(scan->classes, (std::vector<std::string>{"0", "1", "2"}));
@@ -22,7 +21,8 @@ TEST(FileListTest, IntegerLabelsRelativePathsAndHeader) {
   EXPECT_EQ(scan->samples[0].name, "a.jpg");
   EXPECT_EQ(scan->samples[0].size, 4u);
   EXPECT_EQ(scan->samples[1].label, 2);
-  EXPECT_EQ(scan->dirs[scan->samples[0].dir], (std::filesystem::canonical(tmp.path()) / "img").string());
+  EXPECT_EQ(scan->dirs[scan->samples[0].dir],
+            (std::filesystem::canonical(tmp.path()) / "img").string());
 }
 
 TEST(FileListTest, NameLabelsQuotedPathsAndUnreadable) {
@@ -60,8 +60,11 @@ TEST(FileListTest, SymlinksAndDotDotResolveToTheSameFile) {
   std::filesystem::create_directory_symlink(tmp.path() / "real", tmp.path() / "link");
   std::filesystem::create_symlink(tmp.path() / "real/a.jpg", tmp.path() / "alias.jpg");
   SourceScan scan;
-  std::vector<RawFile> files = {{"real/a.jpg", 0}, {"link/a.jpg", 0}, {"real/../real/a.jpg", 0},
-                                {"alias.jpg", 0}, {"link/../real/./a.jpg", 0}};
+  std::vector<RawFile> files = {{"real/a.jpg", 0},
+                                {"link/a.jpg", 0},
+                                {"real/../real/a.jpg", 0},
+                                {"alias.jpg", 0},
+                                {"link/../real/./a.jpg", 0}};
   ASSERT_TRUE(ResolveFiles(files, tmp.path(), &scan, nullptr, 2).ok());
   ASSERT_EQ(scan.samples.size(), 5u);
   for (const SourceSample& s : scan.samples) {

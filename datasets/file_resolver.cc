@@ -100,8 +100,8 @@ Check ResolveSlow(const std::string& path, DirTable* dirs, std::string* name) {
 
 }  // namespace
 
-Status ResolveFiles(std::vector<RawFile> files, const std::filesystem::path& base,
-                    SourceScan* scan, const ProgressFn& progress, unsigned threads) {
+Status ResolveFiles(std::vector<RawFile> files, const std::filesystem::path& base, SourceScan* scan,
+                    const ProgressFn& progress, unsigned threads) {
   const size_t n = files.size();
   DirTable dirs(scan);
   // Split into raw directory groups; names stay in `names`.
@@ -194,8 +194,8 @@ Status ResolveFiles(std::vector<RawFile> files, const std::filesystem::path& bas
       scan->unreadable.push_back(fmt::format("{}: {}", files[i].path, Reason(c.err)));
       continue;
     }
-    scan->samples.push_back({static_cast<uint32_t>(c.dir), std::move(names[i]), -1, c.size,
-                             files[i].label});
+    scan->samples.push_back(
+        {static_cast<uint32_t>(c.dir), std::move(names[i]), -1, c.size, files[i].label});
   }
   return Status::OK();
 }

@@ -23,8 +23,8 @@ struct RawFile {
 // Appends one SourceSample per readable file to scan->samples (in input order) and one
 // "path: reason" line per unreadable one to scan->unreadable. Reuses and extends scan->dirs.
 // `threads` 0 means the hardware concurrency. Fails only on a resource error.
-Status ResolveFiles(std::vector<RawFile> files, const std::filesystem::path& base,
-                    SourceScan* scan, const ProgressFn& progress, unsigned threads = 0);
+Status ResolveFiles(std::vector<RawFile> files, const std::filesystem::path& base, SourceScan* scan,
+                    const ProgressFn& progress, unsigned threads = 0);
 
 }  // namespace carpool
 

@@ -47,8 +47,8 @@ Result<IdxHeader> ParseIdxHeader(std::span<const uint8_t> data, std::string_view
         file, what));
   };
   if (data.size() < 4) return bad(fmt::format("file has only {} bytes", data.size()));
-  uint32_t magic = (uint32_t{data[0]} << 24) | (uint32_t{data[1]} << 16) |
-                   (uint32_t{data[2]} << 8) | data[3];
+  uint32_t magic =
+      (uint32_t{data[0]} << 24) | (uint32_t{data[1]} << 16) | (uint32_t{data[2]} << 8) | data[3];
   if (data[0] != 0 || data[1] != 0 || data[2] != 0x08 || data[3] == 0) {
     return bad(fmt::format("magic 0x{:08x}, expected 0x000008NN (unsigned bytes, NN dims)", magic));
   }
@@ -83,13 +83,13 @@ Result<SourceScan> ReadIdxPair(const fs::path& images, const fs::path& labels) {
   std::error_code ec;
   fs::path img = fs::canonical(images, ec);
   if (ec) {
-    return Status::NotFound(fmt::format("IDX images file \"{}\": {}; check the path",
-                                        images.string(), ec.message()));
+    return Status::NotFound(
+        fmt::format("IDX images file \"{}\": {}; check the path", images.string(), ec.message()));
   }
   fs::path lab = fs::canonical(labels, ec);
   if (ec) {
-    return Status::NotFound(fmt::format("IDX labels file \"{}\": {}; check the path",
-                                        labels.string(), ec.message()));
+    return Status::NotFound(
+        fmt::format("IDX labels file \"{}\": {}; check the path", labels.string(), ec.message()));
   }
   Result<std::vector<uint8_t>> img_data = ReadMaybeGzip(img);
   if (!img_data.ok()) return img_data.status();

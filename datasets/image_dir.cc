@@ -31,8 +31,8 @@ namespace {
 bool Hidden(const fs::path& p) { return p.filename().string().starts_with('.'); }
 
 // Appends the image files below `dir` (not following directory symlinks) to `out`.
-void CollectImages(const fs::path& dir, int32_t label, std::vector<RawFile>* out,
-                   SourceScan* scan, const ProgressFn& progress) {
+void CollectImages(const fs::path& dir, int32_t label, std::vector<RawFile>* out, SourceScan* scan,
+                   const ProgressFn& progress) {
   std::error_code ec;
   fs::recursive_directory_iterator it(dir, ec), end;
   if (ec) {
@@ -62,9 +62,9 @@ Result<SourceScan> ScanImageDir(const fs::path& dir, const ProgressFn& progress)
   std::error_code ec;
   fs::path root = fs::canonical(dir, ec);
   if (ec || !fs::is_directory(root, ec)) {
-    return Status::NotFound(fmt::format(
-        "image folder \"{}\" {}; pass an existing directory to --dir", dir.string(),
-        ec ? ec.message() : "is not a directory"));
+    return Status::NotFound(
+        fmt::format("image folder \"{}\" cannot be used: {}; pass an existing directory to --dir",
+                    dir.string(), ec ? ec.message() : "not a directory"));
   }
   SourceScan scan;
   scan.default_prepare = std::string(kImagePrepareDefault);
@@ -91,19 +91,18 @@ Result<SourceScan> ScanImageDir(const fs::path& dir, const ProgressFn& progress)
   } else {
     for (size_t c = 0; c < class_dirs.size(); ++c) {
       if (class_dirs[c].find('\n') != std::string::npos) {
-        return Status::InvalidArgument(fmt::format(
-            "class folder \"{}\" in \"{}\" has a newline in its name; rename it",
-            class_dirs[c], root.string()));
+        return Status::InvalidArgument(
+            fmt::format("class folder \"{}\" in \"{}\" has a newline in its name; rename it",
+                        class_dirs[c], root.string()));
       }
       CollectImages(root / class_dirs[c], static_cast<int32_t>(c), &files, &scan, progress);
     }
     if (loose_files > 0) {
-      log::Warn("{} image files beside the class folders of \"{}\" are not registered",
-                loose_files, root.string());
+      log::Warn("{} image files beside the class folders of \"{}\" are not registered", loose_files,
+                root.string());
     }
     scan.classes = std::move(class_dirs);
-    scan.description = fmt::format("dir {} ({} class folders)", root.string(),
-                                   scan.classes.size());
+    scan.description = fmt::format("dir {} ({} class folders)", root.string(), scan.classes.size());
   }
   Status s = ResolveFiles(std::move(files), root, &scan, progress);
   if (!s.ok()) return s;

@@ -16,7 +16,8 @@ TEST(SampleReaderTest, ReadsFilesAndIdxRecordsFromManyThreads) {
   std::string idx = {0, 0, 8, 2, 0, 0, 0, 3, 0, 0, 0, 2, 'a', 'b', 'c', 'd', 'e', 'f'};
   WriteTestFile(tmp.path() / "r.idx", idx);
   SampleReader reader;
-  Result<std::vector<uint8_t>> f = reader.Read({1, "file", (tmp.path() / "a.bin").string(), -1, 11, 0});
+  Result<std::vector<uint8_t>> f =
+      reader.Read({1, "file", (tmp.path() / "a.bin").string(), -1, 11, 0});
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(f->size(), 11u);
   EXPECT_EQ((*f)[6], 'w');

@@ -44,17 +44,17 @@ Result<std::filesystem::path> ResolveStateDir(std::string_view flag_value) {
   std::error_code ec;
   dir = fs::absolute(dir, ec);
   if (ec) {
-    return Status::IOError(fmt::format("state dir \"{}\" (from {}): {}", dir.string(), origin,
-                                       ec.message()));
+    return Status::IOError(
+        fmt::format("state dir \"{}\" (from {}): {}", dir.string(), origin, ec.message()));
   }
   if (!dir.parent_path().empty()) fs::create_directories(dir.parent_path(), ec);
   if (!ec && ::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     ec = std::error_code(errno, std::generic_category());
   }
   if (ec || !fs::is_directory(dir)) {
-    return Status::IOError(fmt::format(
-        "cannot create state dir \"{}\" (from {}): {}; pass a writable --state-dir",
-        dir.string(), origin, ec ? ec.message() : "exists and is not a directory"));
+    return Status::IOError(
+        fmt::format("cannot create state dir \"{}\" (from {}): {}; pass a writable --state-dir",
+                    dir.string(), origin, ec ? ec.message() : "exists and is not a directory"));
   }
   return dir;
 }

@@ -101,8 +101,9 @@ Result<std::unique_ptr<Catalog>> OpenCatalog(std::string_view state_dir_flag) {
 ProgressBar::ProgressBar(bool quiet)
     : enabled_(!quiet && ::isatty(STDERR_FILENO) == 1), start_(Clock::now()) {}
 
-ProgressBar::~ProgressBar() {
+void ProgressBar::Done() {
   if (drawn_) fmt::print(stderr, "\n");
+  drawn_ = false;
 }
 
 void ProgressBar::Update(std::string_view phase, uint64_t done, uint64_t total) {

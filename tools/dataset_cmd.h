@@ -22,7 +22,9 @@ namespace carpool::tools {
 class ProgressBar {
  public:
   explicit ProgressBar(bool quiet);
-  ~ProgressBar();  // ends the line if anything was drawn
+  ~ProgressBar() { Done(); }
+  // Ends the bar's line, if one was drawn, so that other output starts on a fresh line.
+  void Done();
   void Update(std::string_view phase, uint64_t done, uint64_t total);
   ProgressFn Fn() {
     return [this](std::string_view p, uint64_t d, uint64_t t) { Update(p, d, t); };

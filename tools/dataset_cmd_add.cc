@@ -68,6 +68,7 @@ int AddFromSource(const AddArgs& a, Catalog& catalog) {
   } else {
     scan = ReadIdxPair(a.idx[0], a.idx[1]);
   }
+  bar.Done();
   if (!scan.ok()) return Fail("add", scan.status());
   Status s = ReportUnreadable(a, *scan);
   if (!s.ok()) return Fail("add", s);
@@ -75,6 +76,7 @@ int AddFromSource(const AddArgs& a, Catalog& catalog) {
   if (!prepare.ok()) return Fail("add", prepare.status());
   DatasetMeta meta{a.name, *prepare, scan->classes, scan->description};
   Result<RegisterReport> r = catalog.Register(meta, *scan, a.replace, bar.Fn());
+  bar.Done();
   if (!r.ok()) return Fail("add", r.status());
   if (r->duplicates > 0) {
     fmt::print(stderr, "carpool dataset add: {} entries named a file listed before; kept once\n",
@@ -146,8 +148,8 @@ int AddDerived(const AddArgs& a, Catalog& catalog) {
 int DatasetAdd(int argc, char** argv) {
   AddArgs a;
   po::options_description opts("carpool dataset add NAME SOURCE [options]");
-  opts.add_options()("help,h", "show this help")(
-      "dir", po::value(&a.dir), "image folder: class subfolders, or flat")(
+  opts.add_options()("help,h", "show this help")("dir", po::value(&a.dir),
+                                                 "image folder: class subfolders, or flat")(
       "list", po::value(&a.list), "CSV of path,label (paths relative to the list's folder)")(
       "idx", po::value(&a.idx)->multitoken(), "IDX IMAGES LABELS (.gz or plain)")(
       "from", po::value(&a.from), "derive from a registered dataset")(
@@ -163,8 +165,8 @@ int DatasetAdd(int argc, char** argv) {
       "replace", po::bool_switch(&a.replace), "overwrite a dataset of the same name")(
       "strict", po::bool_switch(&a.strict), "fail if any file is unreadable")(
       "quiet,q", po::bool_switch(&a.quiet), "no progress bar")(
-      "state-dir", po::value(&a.state_dir), "catalog location")(
-      "name", po::value(&a.name), "dataset name (positional)");
+      "state-dir", po::value(&a.state_dir), "catalog location")("name", po::value(&a.name),
+                                                                "dataset name (positional)");
   po::positional_options_description pos;
   pos.add("name", 1);
   po::variables_map vm;
@@ -189,8 +191,8 @@ int DatasetAdd(int argc, char** argv) {
   Status s = (*catalog)->CheckNewName(a.name, a.replace);
   if (s.ok()) s = PrepareOr(a, "").status();
   if (!s.ok()) return Fail("add", s);
-  bool derived = !a.from.empty() || !a.union_of.empty() || !a.intersect_of.empty() ||
-                 !a.minus_of.empty();
+  bool derived =
+      !a.from.empty() || !a.union_of.empty() || !a.intersect_of.empty() || !a.minus_of.empty();
   return derived ? AddDerived(a, **catalog) : AddFromSource(a, **catalog);
 }
 

@@ -94,6 +94,7 @@ Result<Timed> Register(const fs::path& root, const std::string& name, bool quiet
   Clock::time_point write = Clock::now();
   DatasetMeta meta{name, "resize=256,crop=256", scan->classes, scan->description};
   Result<RegisterReport> r = (*catalog)->Register(meta, *scan, false, bar.Fn());
+  bar.Done();
   if (!r.ok()) return r.status();
   t.write = Since(write);
   t.samples = r->info.ids.cardinality();
@@ -107,12 +108,12 @@ int DatasetBench(int argc, char** argv) {
   std::string base = fs::temp_directory_path().string();
   bool keep = false, quiet = false;
   po::options_description opts("carpool dataset bench [options]");
-  opts.add_options()("help,h", "show this help")(
-      "count", po::value(&count)->default_value(count), "files to register")(
+  opts.add_options()("help,h", "show this help")("count", po::value(&count)->default_value(count),
+                                                 "files to register")(
       "classes", po::value(&classes)->default_value(classes), "class folders")(
       "dir", po::value(&base)->default_value(base), "where to create the temporary tree")(
-      "keep", po::bool_switch(&keep), "keep the tree")(
-      "quiet,q", po::bool_switch(&quiet), "no progress bar");
+      "keep", po::bool_switch(&keep), "keep the tree")("quiet,q", po::bool_switch(&quiet),
+                                                       "no progress bar");
   po::variables_map vm;
   if (std::optional<int> rc = ParseVerbArgs("bench", argc, argv, opts, {}, &vm)) return *rc;
   if (count == 0 || classes == 0 || classes > count) {
@@ -134,7 +135,8 @@ int DatasetBench(int argc, char** argv) {
   if (!again.ok()) {
     rc = Fail("bench", again.status());
   } else {
-    double base_s = *stat_loop, reg = first->scan + first->write, rereg = again->scan + again->write;
+    double base_s = *stat_loop, reg = first->scan + first->write,
+           rereg = again->scan + again->write;
     auto row = [&](std::string_view what, double secs) {
       fmt::print("| {:<38} | {:>9} | {:>7.2f} | {:>9.0f} | {:>6.2f} |\n", what, count, secs,
                  count / secs, secs / base_s);

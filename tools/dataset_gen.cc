@@ -59,16 +59,19 @@ cv::Mat Synthesize(int width, int height, int label, uint64_t seed, uint64_t ind
     int r = rng.uniform(8, std::max(9, std::min(width, height) / 4));
     int line = rng.uniform(0, 2) ? cv::LINE_AA : cv::LINE_8;
     switch (rng.uniform(0, 4)) {
-      case 0: cv::circle(img, c, r, RandomColor(rng), cv::FILLED, line); break;
+      case 0:
+        cv::circle(img, c, r, RandomColor(rng), cv::FILLED, line);
+        break;
       case 1:
         cv::ellipse(img, c, cv::Size(r, r / 2 + 1), rng.uniform(0, 180), 0, 360, RandomColor(rng),
                     cv::FILLED, line);
         break;
-      case 2: cv::rectangle(img, cv::Rect(c.x, c.y, r, r * 2 / 3 + 1), RandomColor(rng), cv::FILLED);
+      case 2:
+        cv::rectangle(img, cv::Rect(c.x, c.y, r, r * 2 / 3 + 1), RandomColor(rng), cv::FILLED);
         break;
       default:
-        cv::line(img, c, cv::Point(rng.uniform(0, width), rng.uniform(0, height)),
-                 RandomColor(rng), rng.uniform(1, 5), line);
+        cv::line(img, c, cv::Point(rng.uniform(0, width), rng.uniform(0, height)), RandomColor(rng),
+                 rng.uniform(1, 5), line);
     }
   }
   // Texture and noise: high-frequency content that JPEG cannot drop at quality 90.
@@ -97,8 +100,8 @@ int DatasetGen(int argc, char** argv) {
       "seed", po::value(&a.seed)->default_value(a.seed), "random seed")(
       "quality", po::value(&a.quality)->default_value(a.quality), "JPEG quality")(
       "threads", po::value(&a.threads), "worker threads (default: all cores)")(
-      "quiet,q", po::bool_switch(&a.quiet), "no progress bar")(
-      "dir", po::value(&a.dir), "output folder (positional)");
+      "quiet,q", po::bool_switch(&a.quiet), "no progress bar")("dir", po::value(&a.dir),
+                                                               "output folder (positional)");
   po::positional_options_description pos;
   pos.add("dir", 1);
   po::variables_map vm;
@@ -122,9 +125,9 @@ int DatasetGen(int argc, char** argv) {
     fs::create_directories(fs::path(a.dir) / fmt::format("class_{:03}", c), ec);
   }
   if (ec) {
-    return Fail("gen", Status::IOError(fmt::format(
-                           "cannot create folders in \"{}\": {}; pass a writable DIR", a.dir,
-                           ec.message())));
+    return Fail("gen", Status::IOError(
+                           fmt::format("cannot create folders in \"{}\": {}; pass a writable DIR",
+                                       a.dir, ec.message())));
   }
   std::atomic<uint64_t> next{0}, done{0}, bytes{0};
   std::atomic<bool> failed{false};
@@ -135,8 +138,8 @@ int DatasetGen(int argc, char** argv) {
       cv::Mat img = Synthesize(width, height, label, a.seed, i);
       std::vector<uchar> jpeg;
       cv::imencode(".jpg", img, jpeg, {cv::IMWRITE_JPEG_QUALITY, a.quality});
-      fs::path file = fs::path(a.dir) / fmt::format("class_{:03}", label) /
-                      fmt::format("img_{:08}.jpg", i);
+      fs::path file =
+          fs::path(a.dir) / fmt::format("class_{:03}", label) / fmt::format("img_{:08}.jpg", i);
       std::FILE* f = std::fopen(file.c_str(), "wb");
       bool ok = f != nullptr && std::fwrite(jpeg.data(), 1, jpeg.size(), f) == jpeg.size();
       if (f != nullptr) ok = std::fclose(f) == 0 && ok;
@@ -152,9 +155,11 @@ int DatasetGen(int argc, char** argv) {
   for (auto& w : workers) {
     while (w.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
       bar.Update("generating", done.load(), a.count);
+      bar.Done();
     }
   }
   bar.Update("generating", done.load(), a.count);
+  bar.Done();
   if (failed) {
     return Fail("gen", Status::IOError(fmt::format(
                            "cannot write \"{}\"; check free space and permissions", failure)));
