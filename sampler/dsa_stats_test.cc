@@ -38,7 +38,8 @@ SamplingTree RandomState(std::mt19937_64& gen, int jobs, uint32_t universe, bool
   SamplingTree tree(gen());
   JobId next = 0;
   for (int j = 0; j < jobs; ++j) {
-    EXPECT_TRUE(tree.AddJob(next++, RandomSubset(gen, universe, 0.4 + 0.5 * (gen() % 64) / 64.0)).ok());
+    const double density = 0.4 + 0.5 * static_cast<double>(gen() % 64) / 64.0;
+    EXPECT_TRUE(tree.AddJob(next++, RandomSubset(gen, universe, density)).ok());
   }
   const int history = static_cast<int>(gen() % universe);
   std::vector<Assignment> out;

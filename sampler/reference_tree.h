@@ -5,11 +5,10 @@
 #ifndef CARPOOL_SAMPLER_REFERENCE_TREE_H_
 #define CARPOOL_SAMPLER_REFERENCE_TREE_H_
 
-#include <roaring/roaring.hh>
-
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <roaring/roaring.hh>
 #include <set>
 #include <vector>
 

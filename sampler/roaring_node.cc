@@ -46,8 +46,8 @@ uint32_t UniformElement(const Roaring& node, uint64_t size, Rng& rng) {
   int32_t i = 0;
   for (;; ++i) {
     assert(i < ra.size);
-    const auto card = static_cast<uint64_t>(container_get_cardinality(ra.containers[i],
-                                                                      ra.typecodes[i]));
+    const auto card =
+        static_cast<uint64_t>(container_get_cardinality(ra.containers[i], ra.typecodes[i]));
     if (rank < card) break;
     rank -= card;
   }
@@ -66,8 +66,8 @@ uint32_t UniformElement(const Roaring& node, uint64_t size, Rng& rng) {
     default: {  // run or shared containers: the tree never makes them, but stay correct
       uint64_t before = 0;
       for (int32_t k = 0; k < i; ++k) {
-        before += static_cast<uint64_t>(container_get_cardinality(ra.containers[k],
-                                                                  ra.typecodes[k]));
+        before +=
+            static_cast<uint64_t>(container_get_cardinality(ra.containers[k], ra.typecodes[k]));
       }
       uint32_t element = 0;
       [[maybe_unused]] bool found = node.select(static_cast<uint32_t>(before + rank), &element);

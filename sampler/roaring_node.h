@@ -3,9 +3,8 @@
 #ifndef CARPOOL_SAMPLER_ROARING_NODE_H_
 #define CARPOOL_SAMPLER_ROARING_NODE_H_
 
-#include <roaring/roaring.hh>
-
 #include <cstdint>
+#include <roaring/roaring.hh>
 
 #include "sampler/rng.h"
 

@@ -11,7 +11,7 @@ namespace {
 
 TEST(RoaringNodeTest, WithoutRunsKeepsTheSetAndDropsRuns) {
   Roaring r;
-  r.addRange(5, 50);            // small run: array
+  r.addRange(5, 50);             // small run: array
   r.addRange(65536, 3 * 65536);  // full containers: bitsets
   r.add(1000000);
   r.runOptimize();
@@ -28,13 +28,13 @@ TEST(RoaringNodeTest, WithoutRunsKeepsTheSetAndDropsRuns) {
 // (Pearson chi-square, df = |node| - 1, at significance 1e-3).
 TEST(RoaringNodeTest, UniformElementIsUniform) {
   Roaring node;
-  for (uint32_t i = 0; i < 40; ++i) node.add(3 * i);                // array
-  for (uint32_t i = 0; i < 60000; ++i) node.add(65536 + i);         // dense bitset
+  for (uint32_t i = 0; i < 40; ++i) node.add(3 * i);                 // array
+  for (uint32_t i = 0; i < 60000; ++i) node.add(65536 + i);          // dense bitset
   for (uint32_t i = 0; i < 4200; ++i) node.add(2 * 65536 + 15 * i);  // sparse bitset
   Roaring runs;
   runs.addRange(5 * 65536, 5 * 65536 + 3000);
   runs.runOptimize();
-  node |= runs;                                                      // run container
+  node |= runs;  // run container
   const uint64_t size = node.cardinality();
   std::vector<uint32_t> ids(size);
   node.toUint32Array(ids.data());
@@ -47,8 +47,8 @@ TEST(RoaringNodeTest, UniformElementIsUniform) {
     ASSERT_TRUE(it != ids.end() && *it == x) << x;
     ++counts[it - ids.begin()];
   }
-  const double p = testing::ChiSquarePValue(testing::PearsonUniform(counts),
-                                            static_cast<double>(size - 1));
+  const double p =
+      testing::ChiSquarePValue(testing::PearsonUniform(counts), static_cast<double>(size - 1));
   EXPECT_GE(p, 1e-3);
   // Containers by weight: the sparse bitset's share must match its cardinality (z bound).
   uint64_t sparse = 0;

@@ -109,8 +109,12 @@ double TimeIndependent(std::string_view scenario, uint32_t n, double budget) {
 void RoundsTable(const std::vector<uint32_t>& job_counts, double budget) {
   fmt::print("Rounds: all jobs participate, {:.1f} s per cell, datasets of {} ids\n", budget,
              kImageNet);
-  fmt::print("| scenario  |  n | DSA assign/s | independent assign/s | DSA / indep | DSA sharing |\n");
-  fmt::print("|-----------|---:|-------------:|---------------------:|------------:|------------:|\n");
+  fmt::print(
+      "| scenario  |  n | DSA assign/s | independent assign/s | DSA / indep "
+      "| DSA sharing |\n");
+  fmt::print(
+      "|-----------|---:|-------------:|---------------------:|------------:"
+      "|------------:|\n");
   for (std::string_view scenario : {"identical", "overlap50", "nested"}) {
     for (uint32_t n : job_counts) {
       const RoundResult dsa = TimeDsa(scenario, n, budget);
@@ -137,9 +141,8 @@ Roaring RandomDataset(Rng& rng, uint32_t universe) {
 
 // The baseline: all nodes from scratch by suffix intersections over the sorted R's.
 void RebuildFromScratch(std::vector<const Roaring*> rs, std::vector<Roaring>* nodes) {
-  std::sort(rs.begin(), rs.end(), [](const Roaring* a, const Roaring* b) {
-    return a->cardinality() < b->cardinality();
-  });
+  std::sort(rs.begin(), rs.end(),
+            [](const Roaring* a, const Roaring* b) { return a->cardinality() < b->cardinality(); });
   nodes->assign(2 * rs.size(), Roaring());
   Roaring s = *rs.back();
   for (size_t q = rs.size(); q-- > 0;) {
@@ -178,7 +181,8 @@ void InsertionTable(uint32_t inserts) {
              inserts, kUniverse);
   fmt::print("| method                       |   mean s |    max s |\n");
   fmt::print("|------------------------------|---------:|---------:|\n");
-  fmt::print("| AddJob (rebuild from p down) | {:8.4f} | {:8.4f} |\n", mean(insert_s), max(insert_s));
+  fmt::print("| AddJob (rebuild from p down) | {:8.4f} | {:8.4f} |\n", mean(insert_s),
+             max(insert_s));
   fmt::print("| from-scratch rebuild (base)  | {:8.4f} | {:8.4f} |\n", mean(rebuild_s),
              max(rebuild_s));
   fmt::print("AddJob / from-scratch (mean): {:.3f}; the Joader paper reports 0.57 s mean\n",

@@ -32,8 +32,8 @@ std::vector<SamplingTree::NodeStats> SamplingTree::Nodes() const {
 
 Status SamplingTree::AddJob(JobId job, const Roaring& dataset) {
   if (Contains(job)) {
-    return Status::AlreadyExists(
-        fmt::format("job {} is already in the sampling tree; remove it first or use a new id", job));
+    return Status::AlreadyExists(fmt::format(
+        "job {} is already in the sampling tree; remove it first or use a new id", job));
   }
   if (dataset.isEmpty()) {
     return Status::InvalidArgument(

@@ -14,9 +14,8 @@
 #ifndef CARPOOL_SAMPLER_SAMPLING_TREE_H_
 #define CARPOOL_SAMPLER_SAMPLING_TREE_H_
 
-#include <roaring/roaring.hh>
-
 #include <cstdint>
+#include <roaring/roaring.hh>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -97,7 +96,7 @@ class SamplingTree {
   // One draw of a round, applied after all draws (the round works on the state at its start).
   struct Draw {
     SampleId sample;
-    int32_t spine;  // node it came from, or -1 for the leaf of takers_[first]
+    int32_t spine;          // node it came from, or -1 for the leaf of takers_[first]
     uint32_t first, count;  // its takers: taker_pos_[first, first + count)
   };
 
@@ -117,10 +116,9 @@ class SamplingTree {
   void ApplyDraw(const Draw& d);
   void Resort();
 
-
   Rng rng_;
-  std::vector<Job> jobs_;        // by position
-  std::vector<Roaring> spine_;   // N_p by position
+  std::vector<Job> jobs_;       // by position
+  std::vector<Roaring> spine_;  // N_p by position
   std::vector<uint64_t> spine_size_;
   std::unordered_map<JobId, size_t> index_;  // job id -> position
   uint64_t swaps_ = 0;

@@ -112,8 +112,8 @@ TEST(SamplingTreeTest, RejectsBadJobs) {
 // large ones to bitsets) and must still hand out exactly the dataset.
 TEST(SamplingTreeTest, AcceptsRunCompressedDatasets) {
   Roaring ds;
-  ds.addRange(10, 110);          // a small run: becomes an array container
-  ds.addRange(70000, 200000);    // full and partial runs: become bitset containers
+  ds.addRange(10, 110);        // a small run: becomes an array container
+  ds.addRange(70000, 200000);  // full and partial runs: become bitset containers
   ds.runOptimize();
   SamplingTree tree(3);
   ASSERT_TRUE(tree.AddJob(1, ds).ok());

@@ -85,9 +85,8 @@ const RoundRecord& Simulation::FinishRound(std::span<const JobId> participants) 
     if (j < jobs_.size() && state_[j] == State::kLive) record_.participants.push_back(j);
   }
   std::sort(record_.participants.begin(), record_.participants.end());
-  record_.participants.erase(
-      std::unique(record_.participants.begin(), record_.participants.end()),
-      record_.participants.end());
+  record_.participants.erase(std::unique(record_.participants.begin(), record_.participants.end()),
+                             record_.participants.end());
   record_.epoch = epochs_done_;
   tree_.RunRound(record_.participants, &record_.assignments);
   for (JobId j : record_.participants) {
@@ -171,8 +170,8 @@ void SimStats::AfterRound(const RoundRecord& record) {
 
 SimSummary SimStats::Summary() const {
   SimSummary s = summary_;
-  s.sharing_ratio = s.distinct == 0 ? 0 : static_cast<double>(s.assignments) /
-                                              static_cast<double>(s.distinct);
+  s.sharing_ratio =
+      s.distinct == 0 ? 0 : static_cast<double>(s.assignments) / static_cast<double>(s.distinct);
   if (s.pair_rounds > 0) {
     s.shared_fraction = static_cast<double>(s.pair_shared) / static_cast<double>(s.pair_rounds);
     s.mean_bound = bound_sum_ / static_cast<double>(s.pair_rounds);

@@ -14,10 +14,9 @@
 #ifndef CARPOOL_SAMPLER_SIM_H_
 #define CARPOOL_SAMPLER_SIM_H_
 
-#include <roaring/roaring.hh>
-
 #include <cstdint>
 #include <memory>
+#include <roaring/roaring.hh>
 #include <span>
 #include <string>
 #include <vector>
@@ -46,9 +45,9 @@ struct RoundRecord {
   std::vector<JobId> joined;        // jobs that joined just before this round
   std::vector<JobId> participants;  // live jobs that took part, ascending
   std::vector<Assignment> assignments;
-  std::vector<uint64_t> epoch;      // per job: the (0-based) epoch its samples of this round are in
-  std::vector<JobId> epoch_ends;    // jobs that finished an epoch in this round
-  std::vector<JobId> left;          // jobs that finished their last epoch and left
+  std::vector<uint64_t> epoch;    // per job: the (0-based) epoch its samples of this round are in
+  std::vector<JobId> epoch_ends;  // jobs that finished an epoch in this round
+  std::vector<JobId> left;        // jobs that finished their last epoch and left
 };
 
 class Simulation {
@@ -99,17 +98,17 @@ struct SimSummary {
     uint64_t assignments = 0;
     uint64_t epochs = 0;
   };
-  uint64_t rounds = 0;             // last round with an assignment + 1
-  uint64_t assignments = 0;        // (job, sample) deliveries
-  uint64_t distinct = 0;           // distinct (round, sample) pairs
-  double sharing_ratio = 0;        // assignments / distinct
+  uint64_t rounds = 0;       // last round with an assignment + 1
+  uint64_t assignments = 0;  // (job, sample) deliveries
+  uint64_t distinct = 0;     // distinct (round, sample) pairs
+  double sharing_ratio = 0;  // assignments / distinct
   std::vector<Job> jobs;
   // The first two jobs, over the rounds in which both took part.
   bool has_pair = false;
   uint64_t pair_rounds = 0;
   uint64_t pair_shared = 0;
-  double shared_fraction = 0;      // pair_shared / pair_rounds
-  double mean_bound = 0;           // mean of |R1∩R2| / max(|R1|, |R2|) before each such round
+  double shared_fraction = 0;  // pair_shared / pair_rounds
+  double mean_bound = 0;       // mean of |R1∩R2| / max(|R1|, |R2|) before each such round
   // sqrt(Σ bound_t(1 - bound_t)) / pair_rounds: the standard deviation of shared_fraction around
   // mean_bound when every such round shares with probability bound_t (two jobs: Theorem 1).
   double bound_sd = 0;

@@ -53,8 +53,8 @@ TEST(SimCliTest, IdenticalJobsHaveSharingRatioTwo) {
 // (two-sided 1e-3), for several seeds.
 TEST(SimCliTest, HalfOverlapSharesAtTheMeanBound) {
   for (int seed = 1; seed <= 3; ++seed) {
-    Output o = RunCarpool("sim --job a=0:1000 --job b=500:1500 --json --seed " +
-                          std::to_string(seed));
+    Output o =
+        RunCarpool("sim --job a=0:1000 --job b=500:1500 --json --seed " + std::to_string(seed));
     ASSERT_EQ(o.exit_code, 0) << o.text;
     const double fraction = Field(o.text, "shared_fraction");
     const double bound = Field(o.text, "mean_bound");

@@ -31,8 +31,7 @@ bool ParseDouble(std::string_view s, double* out) {
 
 // Strips the optional "@START" and "xSPEED" suffixes off the end of `body` (in that order, so
 // "@START" comes first when both are present).
-Status ParseSuffixes(std::string_view arg, bool is_dataset, std::string_view* body,
-                     JobSpec* spec) {
+Status ParseSuffixes(std::string_view arg, bool is_dataset, std::string_view* body, JobSpec* spec) {
   const size_t x = body->rfind('x');
   const size_t at = body->rfind('@');
   const size_t colon = body->find(':');
@@ -107,8 +106,8 @@ Result<JobSpec> ParseJobSpec(std::string_view arg) {
     return SpecError(arg, fmt::format("HI {} is above the id limit {}", spec.hi, kIdLimit));
   }
   if (spec.lo >= spec.hi) {
-    return SpecError(arg, fmt::format("the range {}:{} is empty (LO must be below HI)", spec.lo,
-                                      spec.hi));
+    return SpecError(
+        arg, fmt::format("the range {}:{} is empty (LO must be below HI)", spec.lo, spec.hi));
   }
   return spec;
 }

@@ -6,9 +6,8 @@
 #ifndef CARPOOL_SAMPLER_SIM_SPEC_H_
 #define CARPOOL_SAMPLER_SIM_SPEC_H_
 
-#include <roaring/roaring.hh>
-
 #include <cstdint>
+#include <roaring/roaring.hh>
 #include <string>
 #include <string_view>
 
@@ -18,8 +17,8 @@ namespace carpool {
 
 struct JobSpec {
   std::string name;
-  std::string dataset;    // set for dataset:NAME; empty for an id range
-  uint64_t lo = 0;        // id range [lo, hi) when dataset is empty
+  std::string dataset;  // set for dataset:NAME; empty for an id range
+  uint64_t lo = 0;      // id range [lo, hi) when dataset is empty
   uint64_t hi = 0;
   double fraction = 1.0;  // in (0, 1]: keep round(fraction·(hi-lo)) of the range's ids
   uint64_t start = 0;

@@ -22,7 +22,7 @@ namespace {
 
 namespace po = boost::program_options;
 
-constexpr std::string_view kUsage = R"(usage: carpool sim --job NAME=SPEC [--job NAME=SPEC ...] [options]
+constexpr std::string_view kUsage = R"(usage: carpool sim --job NAME=SPEC [--job ...] [options]
 
 Runs the dependent sampler alone (no I/O): each job joins at its START round, takes part in a
 round with probability SPEED, runs E epochs and leaves.
@@ -80,11 +80,12 @@ void PrintText(const SimSummary& s) {
     fmt::print("job {:<23} {} assignments, {} epochs\n", j.name, j.assignments, j.epochs);
   }
   if (s.has_pair) {
-    fmt::print("pair {},{}: shared in {} of {} rounds both took part in: fraction {:.4f}; "
-               "mean bound |R1∩R2|/max(|R1|,|R2|) {:.4f} (sd of the fraction at the bound "
-               "{:.4f})\n",
-               s.jobs[0].name, s.jobs[1].name, s.pair_shared, s.pair_rounds, s.shared_fraction,
-               s.mean_bound, s.bound_sd);
+    fmt::print(
+        "pair {},{}: shared in {} of {} rounds both took part in: fraction {:.4f}; "
+        "mean bound |R1∩R2|/max(|R1|,|R2|) {:.4f} (sd of the fraction at the bound "
+        "{:.4f})\n",
+        s.jobs[0].name, s.jobs[1].name, s.pair_shared, s.pair_rounds, s.shared_fraction,
+        s.mean_bound, s.bound_sd);
   }
 }
 
@@ -118,13 +119,13 @@ int Sim(int argc, char** argv) {
   uint64_t epochs = 1, seed = 1;
   std::string trace_path, state_dir;
   po::options_description opts;
-  opts.add_options()("help,h", "show this help")(
-      "job", po::value(&job_args)->composing(), "NAME=SPEC (repeat for each job)")(
+  opts.add_options()("help,h", "show this help")("job", po::value(&job_args)->composing(),
+                                                 "NAME=SPEC (repeat for each job)")(
       "epochs", po::value(&epochs)->default_value(1), "epochs per job (E)")(
       "seed", po::value(&seed)->default_value(1), "seed of the sampler, coins and fractions")(
       "trace", po::value(&trace_path), "write round,job,epoch,sample CSV to FILE")(
-      "json", "print the summary as one JSON object")(
-      "state-dir", po::value(&state_dir), "catalog directory for dataset: specs");
+      "json", "print the summary as one JSON object")("state-dir", po::value(&state_dir),
+                                                      "catalog directory for dataset: specs");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
@@ -140,8 +141,9 @@ int Sim(int argc, char** argv) {
     return 0;
   }
   if (job_args.empty()) {
-    fmt::print(stderr, "carpool sim: no --job given; e.g. 'carpool sim --job a=0:1000 --job "
-                       "b=500:1500'\n");
+    fmt::print(stderr,
+               "carpool sim: no --job given; e.g. 'carpool sim --job a=0:1000 --job "
+               "b=500:1500'\n");
     return 2;
   }
   Result<std::vector<SimJob>> jobs = BuildJobs(job_args, seed, state_dir);
@@ -153,9 +155,10 @@ int Sim(int argc, char** argv) {
   if (!trace_path.empty()) {
     trace.reset(std::fopen(trace_path.c_str(), "w"));
     if (trace == nullptr) {
-      return Fail(Status::IOError(fmt::format("cannot write --trace \"{}\": {}; check that its "
-                                              "directory exists and is writable",
-                                              trace_path, std::strerror(errno))));
+      return Fail(
+          Status::IOError(fmt::format("cannot write --trace \"{}\": {}; check that its "
+                                      "directory exists and is writable",
+                                      trace_path, std::strerror(errno))));
     }
     fmt::print(trace.get(), "round,job,epoch,sample\n");
   }
@@ -186,8 +189,10 @@ int Sim(int argc, char** argv) {
   return 0;
 }
 
-const CommandRegistrar kRegistrar("sim", "run the dependent sampler alone on synthetic or "
-                                  "registered datasets", Sim);
+const CommandRegistrar kRegistrar("sim",
+                                  "run the dependent sampler alone on synthetic or "
+                                  "registered datasets",
+                                  Sim);
 
 }  // namespace
 }  // namespace carpool::tools
