@@ -49,17 +49,25 @@ Status CheckDeviceDestination(int job, const JobBatchRequest& req, int device) {
 
 }  // namespace
 
-// The host-side result of checking a call: descriptor tables and the unique uploads.
+// The host-side result of checking a call: descriptor tables, the unique samples and the copies
+// that move them.
 struct GpuAssembler::Plan {
   struct Upload {
     const uint8_t* host = nullptr;
     PreparedShape shape;
-    size_t offset = 0;  // in staging
+    size_t offset = 0;  // in staging, set by Finish
+  };
+  struct Copy {  // one cudaMemcpyAsync: samples adjacent in host memory travel together
+    const uint8_t* host = nullptr;
+    size_t offset = 0;
+    size_t bytes = 0;
   };
   std::vector<KernelJob> jobs;
-  std::vector<KernelImage> images;
+  std::vector<KernelImage> images;  // src_offset holds the upload index until Finish
   std::vector<Upload> uploads;
+  std::vector<Copy> copies;
   size_t staging_bytes = 0;
+  size_t upload_bytes = 0;
   size_t output_bytes = 0;
   size_t images_offset = 0;  // of the image table in the descriptor buffer
   size_t descriptor_bytes = 0;
@@ -67,7 +75,33 @@ struct GpuAssembler::Plan {
 
   Status Add(int job, const JobBatchRequest& req, int device,
              std::unordered_map<const uint8_t*, size_t>& unique);
+  void Finish();
 };
+
+// Lays the unique samples out in staging in host-address order, so that samples adjacent in
+// host memory (neighbouring cache slots) become one copy, and points the images at them.
+void GpuAssembler::Plan::Finish() {
+  std::vector<size_t> order(uploads.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return uploads[a].host < uploads[b].host; });
+  for (size_t i : order) {
+    Upload& up = uploads[i];
+    const size_t bytes = up.shape.bytes();
+    up.offset = staging_bytes;
+    if (!copies.empty() && copies.back().host + copies.back().bytes == up.host &&
+        copies.back().offset + copies.back().bytes == up.offset) {
+      copies.back().bytes += bytes;
+    } else {
+      copies.push_back({up.host, up.offset, bytes});
+    }
+    staging_bytes += AlignUp(bytes, kStagingAlign);
+    upload_bytes += bytes;
+  }
+  for (KernelImage& im : images) im.src_offset = uploads[im.src_offset].offset;
+  images_offset = AlignUp(jobs.size() * sizeof(KernelJob), 16);
+  descriptor_bytes = images_offset + images.size() * sizeof(KernelImage);
+}
 
 Status GpuAssembler::Plan::Add(int job, const JobBatchRequest& req, int device,
                                std::unordered_map<const uint8_t*, size_t>& unique) {
@@ -79,6 +113,7 @@ Status GpuAssembler::Plan::Add(int job, const JobBatchRequest& req, int device,
   if (!shape.ok()) {
     return Status(shape.status().code(), fmt::format("job {}: {}", job, shape.status().message()));
   }
+  if (Status s = CheckDeviceDestination(job, req, device); !s.ok()) return s;
   const size_t image_bytes = shape->bytes();
   if (req.dst_bytes < image_bytes * req.samples.size()) {
     return Status::InvalidArgument(
@@ -86,7 +121,6 @@ Status GpuAssembler::Plan::Add(int job, const JobBatchRequest& req, int device,
                     req.dst_bytes, req.samples.size(), image_bytes,
                     image_bytes * req.samples.size()));
   }
-  if (Status s = CheckDeviceDestination(job, req, device); !s.ok()) return s;
 
   KernelJob kj{};
   for (size_t c = 0; c < req.spec.mean.size(); ++c) {
@@ -111,8 +145,7 @@ Status GpuAssembler::Plan::Add(int job, const JobBatchRequest& req, int device,
     const PreparedView& view = req.samples[i];
     auto [it, inserted] = unique.try_emplace(view.data, uploads.size());
     if (inserted) {
-      uploads.push_back({view.data, view.shape, staging_bytes});
-      staging_bytes += AlignUp(view.shape.bytes(), kStagingAlign);
+      uploads.push_back({view.data, view.shape, 0});
     } else if (uploads[it->second].shape != view.shape) {
       const PreparedShape& seen = uploads[it->second].shape;
       return Status::InvalidArgument(fmt::format(
@@ -122,7 +155,7 @@ Status GpuAssembler::Plan::Add(int job, const JobBatchRequest& req, int device,
           view.shape.height, view.shape.width, view.shape.channels));
     }
     const CropWindow w = DrawCropWindow(req.spec, view.shape, req.seeds[i]);
-    images.push_back({.src_offset = uploads[it->second].offset,
+    images.push_back({.src_offset = it->second,
                       .dst = dst + i * image_bytes,
                       .src_width = view.shape.width,
                       .y = w.y,
@@ -211,15 +244,15 @@ Status GpuAssembler::Enqueue(const Plan& plan, cudaStream_t stream) {
   }
   if (Status s = tables_copied_.Record(stream); !s.ok()) return s;
   auto* staging = static_cast<uint8_t*>(staging_.data());
-  for (const Plan::Upload& up : plan.uploads) {
-    if (Status s = CudaCheck(cudaMemcpyAsync(staging + up.offset, up.host, up.shape.bytes(),
+  for (const Plan::Copy& copy : plan.copies) {
+    if (Status s = CudaCheck(cudaMemcpyAsync(staging + copy.offset, copy.host, copy.bytes,
                                              cudaMemcpyHostToDevice, stream),
-                             "cudaMemcpyAsync(sample to staging)");
+                             "cudaMemcpyAsync(samples to staging)");
         !s.ok()) {
       return s;
     }
-    ++total_uploads_;
   }
+  total_uploads_ += plan.uploads.size();
   auto* tables = static_cast<std::byte*>(descriptors_.data());
   if (Status s = CudaCheck(
           LaunchAssembleKernel(staging, reinterpret_cast<const KernelJob*>(tables),
@@ -254,14 +287,14 @@ Result<AssembleStats> GpuAssembler::AssembleBatches(std::span<const JobBatchRequ
   for (size_t j = 0; j < jobs.size(); ++j) {
     if (Status s = plan.Add(static_cast<int>(j), jobs[j], device_, unique); !s.ok()) return s;
   }
-  plan.images_offset = AlignUp(plan.jobs.size() * sizeof(KernelJob), 16);
-  plan.descriptor_bytes = plan.images_offset + plan.images.size() * sizeof(KernelImage);
+  plan.Finish();
   if (Status s = Reserve(plan); !s.ok()) return s;
   if (Status s = Enqueue(plan, stream); !s.ok()) return s;
 
   stats.images = plan.images.size();
   stats.uploads = plan.uploads.size();
-  for (const Plan::Upload& up : plan.uploads) stats.upload_bytes += up.shape.bytes();
+  stats.upload_copies = plan.copies.size();
+  stats.upload_bytes = plan.upload_bytes;
   stats.output_bytes = plan.output_bytes;
   stats.staging_capacity = staging_.bytes();
   return stats;

@@ -35,8 +35,9 @@ struct JobBatchRequest {
 struct AssembleStats {
   size_t jobs = 0;
   size_t images = 0;           // sum of the batch sizes
-  size_t uploads = 0;          // host-to-device copies of samples: the unique samples
-  size_t upload_bytes = 0;     // bytes of those copies
+  size_t uploads = 0;          // samples copied host to device: the unique samples
+  size_t upload_copies = 0;    // cudaMemcpyAsync calls: samples adjacent in host memory share one
+  size_t upload_bytes = 0;     // bytes copied host to device
   size_t output_bytes = 0;     // bytes written to the jobs' buffers
   size_t staging_capacity = 0; // device staging bytes held after the call
 };
@@ -62,7 +63,7 @@ class GpuAssembler {
                                         cudaStream_t stream);
 
   int device() const { return device_; }
-  // Host-to-device sample copies over the assembler's life.
+  // Samples copied host to device over the assembler's life.
   size_t total_uploads() const { return total_uploads_; }
 
  private:

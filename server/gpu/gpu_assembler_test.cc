@@ -240,6 +240,7 @@ TEST_F(GpuAssemblerTest, SharedSamplesCrossPcieOnce) {
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
   EXPECT_EQ(stats->images, 4u * 33u);
   EXPECT_EQ(stats->uploads, 32u);
+  EXPECT_EQ(stats->upload_copies, 32u);  // 4800-byte samples: not 256-aligned, never merged
   EXPECT_EQ(stats->upload_bytes, 32u * 40 * 40 * 3);
   ExpectMatchesCpu(jobs, "shared");
   // Per-job randomness survives sharing: two jobs' batches of the same samples differ.
@@ -249,6 +250,31 @@ TEST_F(GpuAssemblerTest, SharedSamplesCrossPcieOnce) {
   ASSERT_EQ(cudaMemcpy(b.data(), jobs[1].dst.data(), b.size(), cudaMemcpyDeviceToHost),
             cudaSuccess);
   EXPECT_NE(a, b);
+}
+
+TEST_F(GpuAssemblerTest, SamplesAdjacentInHostMemoryTravelInOneCopy) {
+  std::mt19937_64 rng(5);
+  // 16x16x3 = 768 bytes, a multiple of the staging alignment, so neighbours stay neighbours.
+  SamplePool pool =
+      MakePool(std::vector<PreparedShape>(8, {16, 16, 3}), HostMemory::kPinned, rng);
+  Result<TransformSpec> spec = ParseTransformSpec("random_crop(12)|flip|float32|nhwc");
+  ASSERT_TRUE(spec.ok());
+  const std::vector<std::vector<int>> batches = {{7, 2, 5, 0, 1, 3, 4, 6}, {5, 0, 7, 1, 2, 4}};
+  const std::vector<size_t> expected_copies = {1, 3};  // all; then 0-2, 4-5, 7
+  for (size_t b = 0; b < batches.size(); ++b) {
+    std::vector<TestJob> jobs(1);
+    jobs[0].spec = *spec;
+    for (int i : batches[b]) {
+      jobs[0].samples.push_back(pool.views[i]);
+      jobs[0].seeds.push_back(rng());
+    }
+    AllocateOutputs(jobs, 0x5A);
+    Result<AssembleStats> stats = assembler_->AssembleBatches(Requests(jobs), stream_.get());
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    EXPECT_EQ(stats->uploads, batches[b].size());
+    EXPECT_EQ(stats->upload_copies, expected_copies[b]);
+    ExpectMatchesCpu(jobs, "adjacent batch " + std::to_string(b));
+  }
 }
 
 TEST_F(GpuAssemblerTest, CallsOnTwoStreamsDoNotOverwriteEachOthersStaging) {

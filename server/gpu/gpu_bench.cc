@@ -78,6 +78,28 @@ Options ParseOptions(int argc, char** argv) {
   return o;
 }
 
+// The samples in one host arena, `gap` bytes apart: adjacent like a freshly filled cache segment
+// (gap 0) or scattered slots (gap > 0). The same seed gives the same pixels whatever the gap.
+struct Arena {
+  std::vector<uint8_t> bytes;
+  HostRegistration registration;
+  std::vector<PreparedView> views;
+};
+
+Arena MakeArena(int n, const PreparedShape& shape, size_t gap, bool registered) {
+  Arena a;
+  const size_t stride = shape.bytes() + gap;
+  a.bytes.resize(stride * n);
+  std::mt19937_64 rng(42);
+  for (int i = 0; i < n; ++i) {
+    uint8_t* p = a.bytes.data() + i * stride;
+    for (size_t k = 0; k < shape.bytes(); ++k) p[k] = static_cast<uint8_t>(rng());
+    a.views.push_back({p, shape});
+  }
+  if (registered) a.registration = Take(HostRegistration::Register(a.bytes.data(), a.bytes.size()));
+  return a;
+}
+
 int Run(const Options& opt) {
   std::vector<DeviceInfo> devices = Take(ListCudaDevices());
   if (devices.empty()) {
@@ -90,18 +112,11 @@ int Run(const Options& opt) {
   const size_t image_bytes = Take(TransformedShape(spec, in)).bytes();
   const size_t batch_bytes = image_bytes * opt.batch;
   const size_t all_out = batch_bytes * opt.jobs;
+  const size_t all_in = sample_bytes * opt.batch;
 
-  // The samples, in one host arena registered with CUDA, as the cache segment would be.
-  std::vector<uint8_t> arena(sample_bytes * opt.batch);
-  std::mt19937_64 rng(42);
-  for (auto& b : arena) b = static_cast<uint8_t>(rng());
-  std::vector<uint8_t> pageable = arena;  // the same bytes, not registered
-  HostRegistration reg = Take(HostRegistration::Register(arena.data(), arena.size()));
-  std::vector<PreparedView> views, pageable_views;
-  for (int i = 0; i < opt.batch; ++i) {
-    views.push_back({arena.data() + i * sample_bytes, in});
-    pageable_views.push_back({pageable.data() + i * sample_bytes, in});
-  }
+  const Arena adjacent = MakeArena(opt.batch, in, 0, true);
+  const Arena apart = MakeArena(opt.batch, in, 4096, true);
+  const Arena pageable = MakeArena(opt.batch, in, 4096, false);
   std::vector<std::vector<uint64_t>> seeds(opt.jobs);
   for (int j = 0; j < opt.jobs; ++j) {
     for (int i = 0; i < opt.batch; ++i) {
@@ -112,32 +127,38 @@ int Run(const Options& opt) {
   std::unique_ptr<GpuAssembler> assembler = Take(GpuAssembler::Create(0));
   CudaStream stream = Take(CudaStream::Create());
   DeviceBuffer out = Take(DeviceBuffer::Allocate(all_out));
-  auto requests = [&](const std::vector<PreparedView>& v) {
+  auto requests = [&](const Arena& arena) {
     std::vector<JobBatchRequest> reqs;
     for (int j = 0; j < opt.jobs; ++j) {
-      reqs.push_back({spec, v, seeds[j], static_cast<uint8_t*>(out.data()) + j * batch_bytes,
-                      batch_bytes});
+      reqs.push_back({spec, arena.views, seeds[j],
+                      static_cast<uint8_t*>(out.data()) + j * batch_bytes, batch_bytes});
     }
     return reqs;
   };
-  const std::vector<JobBatchRequest> shared = requests(views);
-  const std::vector<JobBatchRequest> shared_pageable = requests(pageable_views);
+  const std::vector<JobBatchRequest> on_adjacent = requests(adjacent);
+  const std::vector<JobBatchRequest> on_apart = requests(apart);
+  const std::vector<JobBatchRequest> on_pageable = requests(pageable);
 
   // Correctness first: every job's GPU batch equals the CPU batch, byte for byte.
   std::vector<uint8_t> cpu(all_out);
-  const AssembleStats stats = Take(assembler->AssembleBatches(shared, stream.get()));
-  Check(stream.Synchronize());
-  std::vector<uint8_t> gpu(all_out);
-  Check(CudaCheck(cudaMemcpy(gpu.data(), out.data(), all_out, cudaMemcpyDeviceToHost),
-                  "cudaMemcpy(output)"));
   auto cpu_batches = [&] {
     for (int j = 0; j < opt.jobs; ++j) {
-      Check(AssembleBatch(spec, views, seeds[j], cpu.data() + j * batch_bytes, batch_bytes)
+      Check(AssembleBatch(spec, adjacent.views, seeds[j], cpu.data() + j * batch_bytes,
+                          batch_bytes)
                 .status());
     }
   };
   cpu_batches();
-  const bool identical = std::memcmp(cpu.data(), gpu.data(), all_out) == 0;
+  std::vector<uint8_t> gpu(all_out);
+  AssembleStats stats[2];
+  bool identical = true;
+  for (int k = 0; k < 2; ++k) {
+    stats[k] = Take(assembler->AssembleBatches(k == 0 ? on_adjacent : on_apart, stream.get()));
+    Check(stream.Synchronize());
+    Check(CudaCheck(cudaMemcpy(gpu.data(), out.data(), all_out, cudaMemcpyDeviceToHost),
+                    "cudaMemcpy(output)"));
+    identical = identical && std::memcmp(cpu.data(), gpu.data(), all_out) == 0;
+  }
 
   auto gpu_calls = [&](const std::vector<JobBatchRequest>& reqs, bool one_call_per_job) {
     return [&, batches = &reqs, one_call_per_job] {
@@ -153,55 +174,64 @@ int Run(const Options& opt) {
       Check(stream.Synchronize());
     };
   };
-  DeviceBuffer staging = Take(DeviceBuffer::Allocate(arena.size()));
-  auto h2d_only = [&] {
-    for (int c = 0; c < opt.calls; ++c) {
-      for (int i = 0; i < opt.batch; ++i) {
-        Check(CudaCheck(cudaMemcpyAsync(static_cast<uint8_t*>(staging.data()) + i * sample_bytes,
-                                        views[i].data, sample_bytes, cudaMemcpyHostToDevice,
-                                        stream.get()),
-                        "cudaMemcpyAsync"));
+  DeviceBuffer staging = Take(DeviceBuffer::Allocate(all_in));
+  auto h2d_only = [&](bool one_copy) {
+    return [&, one_copy] {
+      auto* dst = static_cast<uint8_t*>(staging.data());
+      for (int c = 0; c < opt.calls; ++c) {
+        for (int i = 0; i < (one_copy ? 1 : opt.batch); ++i) {
+          const uint8_t* src = one_copy ? adjacent.views[0].data : apart.views[i].data;
+          const size_t bytes = one_copy ? all_in : sample_bytes;
+          Check(CudaCheck(cudaMemcpyAsync(dst + i * sample_bytes, src, bytes,
+                                          cudaMemcpyHostToDevice, stream.get()),
+                          "cudaMemcpyAsync"));
+        }
       }
-    }
-    Check(stream.Synchronize());
+      Check(stream.Synchronize());
+    };
   };
   // Warm up each GPU path once (module load, staging growth), then time.
-  gpu_calls(shared, true)();
-  gpu_calls(shared_pageable, false)();
-  h2d_only();
+  gpu_calls(on_apart, true)();
+  gpu_calls(on_pageable, false)();
+  h2d_only(false)();
   const double t_cpu = MedianSeconds(std::min(opt.repeats, 5), 1, cpu_batches);
-  const double t_shared = MedianSeconds(opt.repeats, opt.calls, gpu_calls(shared, false));
-  const double t_per_job = MedianSeconds(opt.repeats, opt.calls, gpu_calls(shared, true));
-  const double t_pageable =
-      MedianSeconds(opt.repeats, opt.calls, gpu_calls(shared_pageable, false));
-  const double t_h2d = MedianSeconds(opt.repeats, opt.calls, h2d_only);
+  const double t_adjacent = MedianSeconds(opt.repeats, opt.calls, gpu_calls(on_adjacent, false));
+  const double t_apart = MedianSeconds(opt.repeats, opt.calls, gpu_calls(on_apart, false));
+  const double t_per_job = MedianSeconds(opt.repeats, opt.calls, gpu_calls(on_apart, true));
+  const double t_pageable = MedianSeconds(opt.repeats, opt.calls, gpu_calls(on_pageable, false));
+  const double t_h2d_many = MedianSeconds(opt.repeats, opt.calls, h2d_only(false));
+  const double t_h2d_one = MedianSeconds(opt.repeats, opt.calls, h2d_only(true));
 
   const DeviceInfo& d = devices[0];
   fmt::print("device 0: {} (sm_{}{}, {} SMs, {:.0f} GiB)\n", d.name, d.compute_major,
              d.compute_minor, d.multiprocessors, d.memory_bytes / double(1 << 30));
-  fmt::print("{} jobs x {} samples of 256x256x3 -> {} ({} KiB/image), {:.1f} MB per {}-job "
+  fmt::print("{} jobs x {} samples of 256x256x3 -> {} ({} KiB/image), {:.1f} MB out per {}-job "
              "batch; median of {} repeats of {} calls\n",
              opt.jobs, opt.batch, kTransform, image_bytes / 1024, all_out / 1e6, opt.jobs,
              opt.repeats, opt.calls);
   fmt::print("GPU output identical to CPU AssembleBatch: {}\n\n", identical ? "yes" : "NO");
-  fmt::print("| path | ms / {}-job batch | batches/s | output GB/s | sample uploads | vs CPU |\n",
+  fmt::print("| path | ms / {}-job batch | batches/s | output GB/s | samples up | copies | vs CPU "
+             "|\n|---|---|---|---|---|---|---|\n",
              opt.jobs);
-  fmt::print("|---|---|---|---|---|---|\n");
-  auto row = [&](std::string_view name, double t, size_t uploads) {
-    fmt::print("| {} | {:.3f} | {:.1f} | {:.2f} | {} | {:.1f}x |\n", name, t * 1e3, 1 / t,
-               all_out / t / 1e9, uploads, t_cpu / t);
+  auto row = [&](std::string_view name, double t, size_t uploads, size_t copies) {
+    fmt::print("| {} | {:.3f} | {:.1f} | {:.2f} | {} | {} | {:.1f}x |\n", name, t * 1e3, 1 / t,
+               all_out / t / 1e9, uploads, copies, t_cpu / t);
   };
-  row("CPU AssembleBatch, 1 thread", t_cpu, 0);
-  row("GPU, one call, registered samples", t_shared, stats.uploads);
-  row("GPU, one call per job, registered", t_per_job, stats.uploads * opt.jobs);
-  row("GPU, one call, pageable samples", t_pageable, stats.uploads);
-  fmt::print("\nH2D copy alone of the {} unique samples (registered): {:.3f} ms, {:.1f} GB/s\n",
-             opt.batch, t_h2d * 1e3, arena.size() / t_h2d / 1e9);
-  fmt::print("uploads per {}-job batch: {} in one call vs {} one call per job: {:.2f}x fewer "
+  const size_t up = stats[1].uploads;
+  row("CPU AssembleBatch, 1 thread", t_cpu, 0, 0);
+  row("GPU, one call, registered, samples adjacent", t_adjacent, up, stats[0].upload_copies);
+  row("GPU, one call, registered, samples apart", t_apart, up, stats[1].upload_copies);
+  row("GPU, one call per job, registered, apart", t_per_job, up * opt.jobs,
+      stats[1].upload_copies * opt.jobs);
+  row("GPU, one call, pageable, apart", t_pageable, up, stats[1].upload_copies);
+  fmt::print("\nH2D alone of the {} samples (registered): {} copies {:.3f} ms ({:.1f} GB/s); one "
+             "copy {:.3f} ms ({:.1f} GB/s)\n",
+             opt.batch, opt.batch, t_h2d_many * 1e3, all_in / t_h2d_many / 1e9, t_h2d_one * 1e3,
+             all_in / t_h2d_one / 1e9);
+  fmt::print("uploads per {}-job batch: {} in one call vs {} with one call per job: {:.2f}x fewer "
              "({:.1f} MB vs {:.1f} MB over PCIe); time {:.2f}x\n",
-             opt.jobs, stats.uploads, stats.uploads * opt.jobs,
-             double(opt.jobs), stats.upload_bytes / 1e6, stats.upload_bytes * opt.jobs / 1e6,
-             t_per_job / t_shared);
+             opt.jobs, up, up * opt.jobs, double(opt.jobs), stats[1].upload_bytes / 1e6,
+             stats[1].upload_bytes * opt.jobs / 1e6, t_per_job / t_apart);
   return identical ? 0 : 1;
 }
 
