@@ -79,7 +79,7 @@ SamplePool MakePool(const std::vector<PreparedShape>& shapes, HostMemory memory,
   return pool;
 }
 
-// A job as the test describes it: its transform and the pool indices of its batch.
+// A job as the test describes it, with the device buffer its batch goes to.
 struct TestJob {
   TransformSpec spec;
   std::vector<PreparedView> samples;
