@@ -152,6 +152,9 @@ carpool_status carpool_job_stats(carpool_job* job, char** out_json) {
 }
 
 void carpool_batch_free(carpool_batch* batch) { delete batch; }
+void carpool_batch_release(carpool_batch* batch) {
+  if (batch != nullptr) batch->impl.Release();
+}
 
 const void* carpool_batch_images(const carpool_batch* b) { return b->impl.images().data; }
 size_t carpool_batch_image_bytes(const carpool_batch* b) { return b->impl.images().bytes; }

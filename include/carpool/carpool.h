@@ -66,6 +66,11 @@ carpool_status carpool_job_stats(carpool_job* job, char** out_json);
 
 /* Releases the batch slot (one credit back to the server) and frees the handle. */
 void carpool_batch_free(carpool_batch* batch);
+/* Releases the batch slot (one credit back to the server) but keeps the handle: its pointers stay
+ * mapped until carpool_batch_free, though the server may already be writing a later batch there.
+ * Lets a binding return the credit at the next step while views of the old batch still exist
+ * (their reads see other data, but never fault). Idempotent; carpool_batch_free still required. */
+void carpool_batch_release(carpool_batch* batch);
 const void* carpool_batch_images(const carpool_batch* batch);
 size_t carpool_batch_image_bytes(const carpool_batch* batch);
 /* Writes up to max_rank dims ({samples, sample dims...}) and returns the rank. */
