@@ -279,7 +279,7 @@ void Get(Reader& r, EndOfData& m) {
 template <size_t... I>
 Message MakeAlternative(size_t index, std::index_sequence<I...>) {
   Message m;
-  ((index == I ? (m = std::variant_alternative_t<I, Message>{}, true) : false) || ...);
+  (void)((index == I ? (m = std::variant_alternative_t<I, Message>{}, true) : false) || ...);
   return m;
 }
 

@@ -7,6 +7,7 @@
 #include <boost/interprocess/permissions.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <cstring>
+#include <filesystem>
 #include <new>
 
 #include "carpool/log.h"
@@ -35,6 +36,21 @@ protocol::BatchReady MakeBatchReady(uint64_t job_id, uint32_t slot, uint64_t gen
 
 std::string BatchPool::SegmentName(const std::string& instance, uint64_t job_id) {
   return fmt::format("/carpool-{}-job-{}", instance, job_id);
+}
+
+int BatchPool::RemoveStaleSegments(const std::string& instance) {
+  std::string prefix = SegmentName(instance, 0);
+  prefix = prefix.substr(1, prefix.size() - 2);  // "carpool-<instance>-job-"
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    if (name.find_first_not_of("0123456789", prefix.size()) != std::string::npos) continue;
+    if (bip::shared_memory_object::remove(name.c_str())) ++removed;
+  }
+  if (removed > 0) log::Info("removed {} stale batch segments of instance {}", removed, instance);
+  return removed;
 }
 
 Result<std::unique_ptr<BatchPool>> BatchPool::Create(const std::string& name, uint64_t job_id,

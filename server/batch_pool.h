@@ -48,6 +48,10 @@ class BatchPool {
   // The shm name for a job: "/carpool-<instance>-job-<id>". instance must be [A-Za-z0-9_-]+.
   static std::string SegmentName(const std::string& instance, uint64_t job_id);
 
+  // Unlinks every segment of `instance` left in /dev/shm by a server that died without cleaning
+  // up (its jobs are gone with it). Call at server start. Returns how many were removed.
+  static int RemoveStaleSegments(const std::string& instance);
+
   // Creates (exclusively; a leftover segment of the same name is removed first) and maps the
   // segment. Fails with InvalidArgument on a bad geometry, IOError when shm is unavailable.
   static Result<std::unique_ptr<BatchPool>> Create(const std::string& name, uint64_t job_id,

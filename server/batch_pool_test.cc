@@ -97,6 +97,20 @@ TEST(BatchPoolTest, SegmentIsPrivateAndUnlinkedOnDestruction) {
   EXPECT_NE(::stat(path.c_str(), &st), 0) << "segment must be unlinked";
 }
 
+TEST(BatchPoolTest, RemovesOnlyTheInstancesStaleSegments) {
+  std::string mine = fmt::format("test{}-stale", ::getpid());
+  std::string other = fmt::format("test{}-stale2", ::getpid());
+  auto a = BatchPool::Create(BatchPool::SegmentName(mine, 1), 1, 1, 64);
+  auto b = BatchPool::Create(BatchPool::SegmentName(mine, 22), 22, 1, 64);
+  auto c = BatchPool::Create(BatchPool::SegmentName(other, 1), 1, 1, 64);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(BatchPool::RemoveStaleSegments(mine), 2);
+  struct stat st;
+  EXPECT_NE(::stat(("/dev/shm" + (*a)->name()).c_str(), &st), 0);
+  EXPECT_EQ(::stat(("/dev/shm" + (*c)->name()).c_str(), &st), 0) << "another instance's segment";
+  EXPECT_EQ(BatchPool::RemoveStaleSegments(mine), 0);
+}
+
 TEST(BatchPoolTest, RejectsBadGeometryAndNames) {
   EXPECT_FALSE(BatchPool::Create(UniqueName("bad"), 7, 0, 100).ok());
   EXPECT_FALSE(BatchPool::Create(UniqueName("bad"), 7, 2, 0).ok());

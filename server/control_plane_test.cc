@@ -65,11 +65,26 @@ class ServerProcess {
       ::_exit(0);
     }
   }
+  // Stops the server cleanly (SIGTERM: every job removed), or kills it after 2 s; then removes
+  // what a killed server leaves behind.
   ~ServerProcess() {
     if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
+      ::kill(pid_, SIGCONT);
+      ::kill(pid_, SIGTERM);
+      int status = 0;
+      auto deadline = Clock::now() + 2s;
+      while (::waitpid(pid_, &status, WNOHANG) == 0) {
+        if (Clock::now() > deadline) {
+          ::kill(pid_, SIGKILL);
+          ::waitpid(pid_, &status, 0);
+          break;
+        }
+        std::this_thread::sleep_for(5ms);
+      }
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "server did not stop cleanly";
+      EXPECT_EQ(BatchPool::RemoveStaleSegments(instance_), 0) << "a clean stop removes all";
     }
+    BatchPool::RemoveStaleSegments(instance_);
     ::unlink(path_.c_str());
   }
   // Waits until the server answers; returns a connected client.
