@@ -75,5 +75,45 @@ TEST(SimCliTest, BadSpecIsOneClearLine) {
   EXPECT_EQ(o.text.find('\n'), o.text.size() - 1) << o.text;
 }
 
+// Cache mode (--cache): the scheduler and cache index in simulated ticks.
+TEST(SimCliTest, NoCacheIsTheNoSharingBaseline) {
+  Output o = RunCarpool("sim --job a=0:1000 --job b=0:1000x0.5 --epochs 2 --cache 0 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  EXPECT_EQ(Field(o.text, "deliveries"), 4000);
+  EXPECT_EQ(Field(o.text, "preparations"), 4000);
+  EXPECT_EQ(Field(o.text, "belady_preparations"), 4000);
+  EXPECT_EQ(Field(o.text, "hits"), 0);
+}
+
+TEST(SimCliTest, CacheModeCountsPreparationsAgainstBelady) {
+  for (const char* policy : {"refcnt", "next-use", "lru"}) {
+    Output o =
+        RunCarpool(std::string("sim --job a=0:2000x2 --job b=0:2000@100x0.5 --epochs 2 --cache 200 "
+                               "--lookahead 64 --json --policy ") +
+                   policy);
+    ASSERT_EQ(o.exit_code, 0) << o.text;
+    const double deliveries = Field(o.text, "deliveries");
+    const double preparations = Field(o.text, "preparations");
+    EXPECT_EQ(deliveries, 8000) << "two jobs, two epochs of 2000 ids";
+    EXPECT_EQ(Field(o.text, "hits") + preparations, deliveries);
+    EXPECT_LE(Field(o.text, "belady_preparations"), preparations) << policy;
+    EXPECT_GE(preparations, 2000) << "each id is prepared at least once";
+    EXPECT_LT(preparations, deliveries) << "a 10% cache shares something";
+    EXPECT_NE(o.text.find(std::string("\"policy\":\"") + policy + "\""), std::string::npos);
+  }
+}
+
+TEST(SimCliTest, SpeedAboveOneNeedsCacheMode) {
+  Output plain = RunCarpool("sim --job a=0:100x2 --json");
+  EXPECT_NE(plain.exit_code, 0);
+  EXPECT_NE(plain.text.find("SPEED \"2\""), std::string::npos) << plain.text;
+  Output cached = RunCarpool("sim --job a=0:100x2 --cache 10 --json");
+  ASSERT_EQ(cached.exit_code, 0) << cached.text;
+  EXPECT_EQ(Field(cached.text, "ticks"), 50) << "two deliveries per tick";
+  Output bad = RunCarpool("sim --job a=0:100 --cache 10 --policy fifo");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.text.find("\"fifo\""), std::string::npos) << bad.text;
+}
+
 }  // namespace
 }  // namespace carpool

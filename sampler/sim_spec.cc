@@ -31,7 +31,8 @@ bool ParseDouble(std::string_view s, double* out) {
 
 // Strips the optional "@START" and "xSPEED" suffixes off the end of `body` (in that order, so
 // "@START" comes first when both are present).
-Status ParseSuffixes(std::string_view arg, bool is_dataset, std::string_view* body, JobSpec* spec) {
+Status ParseSuffixes(std::string_view arg, bool is_dataset, double max_speed,
+                     std::string_view* body, JobSpec* spec) {
   const size_t x = body->rfind('x');
   const size_t at = body->rfind('@');
   const size_t colon = body->find(':');
@@ -41,8 +42,11 @@ Status ParseSuffixes(std::string_view arg, bool is_dataset, std::string_view* bo
     double speed = 0;
     // A dataset name may itself contain 'x': only a parsable number after it is a speed.
     if (ParseDouble(value, &speed)) {
-      if (!(speed > 0 && speed <= 1)) {
-        return SpecError(arg, fmt::format("SPEED \"{}\" is not in (0, 1]", value));
+      if (!(speed > 0 && speed <= max_speed)) {
+        return SpecError(arg,
+                         std::isinf(max_speed)
+                             ? fmt::format("SPEED \"{}\" is not a number > 0", value)
+                             : fmt::format("SPEED \"{}\" is not in (0, {}]", value, max_speed));
       }
       spec->speed = speed;
       *body = body->substr(0, x);
@@ -63,7 +67,7 @@ Status ParseSuffixes(std::string_view arg, bool is_dataset, std::string_view* bo
 
 }  // namespace
 
-Result<JobSpec> ParseJobSpec(std::string_view arg) {
+Result<JobSpec> ParseJobSpec(std::string_view arg, double max_speed) {
   const size_t eq = arg.find('=');
   if (eq == std::string_view::npos) return SpecError(arg, "missing '=' after the job name");
   JobSpec spec;
@@ -80,12 +84,12 @@ Result<JobSpec> ParseJobSpec(std::string_view arg) {
   constexpr std::string_view kDataset = "dataset:";
   if (body.substr(0, kDataset.size()) == kDataset) {
     body.remove_prefix(kDataset.size());
-    if (Status s = ParseSuffixes(arg, true, &body, &spec); !s.ok()) return s;
+    if (Status s = ParseSuffixes(arg, true, max_speed, &body, &spec); !s.ok()) return s;
     if (body.empty()) return SpecError(arg, "the dataset name is empty");
     spec.dataset = std::string(body);
     return spec;
   }
-  if (Status s = ParseSuffixes(arg, false, &body, &spec); !s.ok()) return s;
+  if (Status s = ParseSuffixes(arg, false, max_speed, &body, &spec); !s.ok()) return s;
   const size_t pct = body.find('%');
   if (pct != std::string_view::npos) {
     std::string_view value = body.substr(pct + 1);

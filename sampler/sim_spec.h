@@ -2,7 +2,9 @@
 //   NAME=LO:HI[%FRACTION][@START][xSPEED]   ids [LO, HI), optionally a seeded random fraction
 //   NAME=dataset:REGISTERED_NAME[@START][xSPEED]
 // START is the round at which the job joins (default 0); SPEED in (0, 1] is the probability that
-// the job takes part in a round (default 1). Pure parsing; thread-compatible.
+// the job takes part in a round (default 1). With a cache (`carpool sim --cache N`, see
+// server/scheduler_sim.h) START is a tick and SPEED any number > 0 of deliveries per tick.
+// Pure parsing; thread-compatible.
 #ifndef CARPOOL_SAMPLER_SIM_SPEC_H_
 #define CARPOOL_SAMPLER_SIM_SPEC_H_
 
@@ -28,8 +30,9 @@ struct JobSpec {
 inline constexpr std::string_view kJobSpecGrammar =
     "NAME=LO:HI[%FRACTION][@START][xSPEED] or NAME=dataset:REGISTERED_NAME[@START][xSPEED]";
 
-// Parses one --job value. Errors name the bad value and repeat the grammar.
-Result<JobSpec> ParseJobSpec(std::string_view arg);
+// Parses one --job value; SPEED must lie in (0, max_speed] (infinity: any positive speed).
+// Errors name the bad value and repeat the grammar.
+Result<JobSpec> ParseJobSpec(std::string_view arg, double max_speed = 1.0);
 
 // The ids of a range spec: [lo, hi), or exactly round(fraction·(hi-lo)) of them chosen uniformly
 // with a generator seeded by `seed`. REQUIRES: spec.dataset is empty. InvalidArgument if the

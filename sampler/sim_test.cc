@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "sampler/sim_spec.h"
@@ -10,6 +11,19 @@
 
 namespace carpool {
 namespace {
+
+// With a cache (`carpool sim --cache N`) a speed is deliveries per tick and may exceed 1.
+TEST(SimSpecTest, CacheModeSpeedsMayExceedOne) {
+  const double kAny = std::numeric_limits<double>::infinity();
+  auto a = ParseJobSpec("a=0:10@5x2.5", kAny);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->speed, 2.5);
+  EXPECT_EQ(a->start, 5u);
+  EXPECT_FALSE(ParseJobSpec("a=0:10x2.5").ok()) << "participation probabilities stay in (0, 1]";
+  auto zero = ParseJobSpec("a=0:10x0", kAny);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("SPEED \"0\" is not a number > 0"), std::string::npos);
+}
 
 TEST(SimSpecTest, ParsesEveryForm) {
   auto a = ParseJobSpec("a=0:1000");

@@ -20,7 +20,14 @@ Status Validate(const std::vector<SimJobSpec>& jobs, const SchedulerSimOptions& 
         fmt::format("--lookahead ({}) and --prefetch ({}) must be at least 1 sample",
                     options.lookahead, options.prefetch));
   }
-  for (const SimJobSpec& j : jobs) {
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const SimJobSpec& j = jobs[i];
+    for (size_t k = 0; k < i; ++k) {
+      if (jobs[k].name == j.name) {
+        return Status::InvalidArgument(
+            fmt::format("two jobs are named \"{}\"; give each job its own name", j.name));
+      }
+    }
     if (j.dataset.isEmpty()) {
       return Status::InvalidArgument(fmt::format("job {}: its dataset is empty", j.name));
     }

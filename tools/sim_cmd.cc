@@ -1,11 +1,14 @@
 // `carpool sim`: the sampler without I/O. Builds the jobs from --job specs (id ranges, or datasets
 // of the catalog), runs sampler/sim.h's loop and prints the summary, optionally a CSV trace.
+// With --cache/--policy/--lookahead/--prefetch it runs the scheduler and cache instead
+// (tools/sim_cache_mode.h).
 #include <fmt/core.h>
 
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -16,6 +19,7 @@
 #include "sampler/sim.h"
 #include "sampler/sim_spec.h"
 #include "tools/command.h"
+#include "tools/sim_cache_mode.h"
 
 namespace carpool::tools {
 namespace {
@@ -27,11 +31,20 @@ constexpr std::string_view kUsage = R"(usage: carpool sim --job NAME=SPEC [--job
 Runs the dependent sampler alone (no I/O): each job joins at its START round, takes part in a
 round with probability SPEED, runs E epochs and leaves.
 
+With a cache (any of --cache, --policy, --lookahead, --prefetch) it runs the server's scheduler
+and cache index in simulated ticks instead: a job joins at tick START and consumes SPEED samples
+per tick (any SPEED > 0; fractions accumulate); the scheduler keeps each job up to L decided
+samples ahead, running rounds when a queue falls below the prefetch depth; every delivery is a
+cache lookup, and a miss is a preparation. The summary adds preparations, hits, evictions and
+belady_preparations (the offline optimum on the same deliveries). --cache 0 is the no-sharing
+baseline: every delivery is a preparation.
+
   SPEC := LO:HI[%FRACTION][@START][xSPEED] | dataset:REGISTERED_NAME[@START][xSPEED]
     LO:HI       sample ids [LO, HI)
     %FRACTION   keep a seeded random FRACTION in (0, 1] of them
-    @START      join at round START (default 0)
-    xSPEED      take part in each round with probability SPEED in (0, 1] (default 1)
+    @START      join at round START (default 0); with a cache, at tick START
+    xSPEED      take part in each round with probability SPEED in (0, 1] (default 1);
+                with a cache, consume SPEED samples per tick (default 1)
 
 options:
 )";
@@ -42,12 +55,13 @@ int Fail(const Status& s) {
 }
 
 // Resolves every spec to a SimJob. The catalog is opened only if some spec names a dataset.
+// `max_speed`: 1 for participation probabilities, infinity for deliveries per tick (cache mode).
 Result<std::vector<SimJob>> BuildJobs(const std::vector<std::string>& args, uint64_t seed,
-                                      const std::string& state_dir_flag) {
+                                      const std::string& state_dir_flag, double max_speed) {
   std::vector<SimJob> jobs;
   std::unique_ptr<Catalog> catalog;
   for (size_t i = 0; i < args.size(); ++i) {
-    Result<JobSpec> spec = ParseJobSpec(args[i]);
+    Result<JobSpec> spec = ParseJobSpec(args[i], max_speed);
     if (!spec.ok()) return spec.status();
     SimJob job{spec->name, Roaring(), spec->start, spec->speed};
     if (spec->dataset.empty()) {
@@ -117,7 +131,8 @@ struct FileCloser {
 int Sim(int argc, char** argv) {
   std::vector<std::string> job_args;
   uint64_t epochs = 1, seed = 1;
-  std::string trace_path, state_dir;
+  std::string trace_path, state_dir, policy = "next-use";
+  CacheModeOptions cache_mode;
   po::options_description opts;
   opts.add_options()("help,h", "show this help")("job", po::value(&job_args)->composing(),
                                                  "NAME=SPEC (repeat for each job)")(
@@ -126,6 +141,12 @@ int Sim(int argc, char** argv) {
       "trace", po::value(&trace_path), "write round,job,epoch,sample CSV to FILE")(
       "json", "print the summary as one JSON object")("state-dir", po::value(&state_dir),
                                                       "catalog directory for dataset: specs");
+  opts.add_options()("cache", po::value(&cache_mode.cache),
+                     "cache mode: cache capacity in samples (0: no cache)")(
+      "policy", po::value(&policy), "cache mode: eviction policy refcnt|next-use|lru (next-use)")(
+      "lookahead", po::value(&cache_mode.lookahead), "cache mode: look-ahead L in samples (1024)")(
+      "prefetch", po::value(&cache_mode.prefetch),
+      "cache mode: prefetch depth in samples that triggers rounds (4)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
@@ -146,8 +167,21 @@ int Sim(int argc, char** argv) {
                "b=500:1500'\n");
     return 2;
   }
-  Result<std::vector<SimJob>> jobs = BuildJobs(job_args, seed, state_dir);
+  const bool with_cache =
+      vm.count("cache") || vm.count("policy") || vm.count("lookahead") || vm.count("prefetch");
+  Result<std::vector<SimJob>> jobs = BuildJobs(
+      job_args, seed, state_dir, with_cache ? std::numeric_limits<double>::infinity() : 1.0);
   if (!jobs.ok()) return Fail(jobs.status());
+  if (with_cache) {
+    Result<cache::EvictionPolicy> p = cache::ParseEvictionPolicy(policy);
+    if (!p.ok()) return Fail(p.status());
+    cache_mode.policy = *p;
+    cache_mode.epochs = epochs;
+    cache_mode.seed = seed;
+    cache_mode.trace_path = trace_path;
+    cache_mode.json = vm.count("json") != 0;
+    return RunCacheMode(*jobs, cache_mode);
+  }
   Result<std::unique_ptr<Simulation>> sim =
       Simulation::Create(std::move(*jobs), {.epochs = epochs, .seed = seed});
   if (!sim.ok()) return Fail(sim.status());
