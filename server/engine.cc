@@ -1,0 +1,355 @@
+#include "server/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <utility>
+
+#include <opencv2/core.hpp>
+
+#include "carpool/log.h"
+#include "server/engine_job.h"
+
+namespace carpool {
+
+void Engine::RefSink::AddRef(SampleId sample, int64_t delta) {
+  total += delta;
+  if (cache != nullptr) (void)cache->AddRef(sample, delta);
+}
+
+Engine::Engine(const EngineOptions& options, const Catalog* catalog)
+    : options_(options), catalog_(catalog), start_(std::chrono::steady_clock::now()) {}
+
+Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
+                                               const Catalog* catalog) {
+  if (options.lookahead == 0) {
+    return Status::InvalidArgument("--lookahead 0: the look-ahead must be at least 1 sample");
+  }
+  std::unique_ptr<Engine> e(new Engine(options, catalog));
+  SchedulerOptions so;
+  so.seed = options.seed;
+  so.lookahead = options.lookahead;
+  e->scheduler_ = std::make_unique<Scheduler>(so, &e->refs_);
+  cache::CacheOptions co;
+  co.instance = options.instance;
+  co.capacity_bytes = options.cache_bytes;
+  co.policy = options.policy;
+  Result<std::unique_ptr<cache::SampleCache>> cache = cache::SampleCache::Create(
+      co, options.policy == cache::EvictionPolicy::kNextUse ? e->scheduler_.get() : nullptr);
+  if (!cache.ok()) return cache.status();
+  e->cache_ = std::move(*cache);
+  e->refs_.cache = e->cache_.get();
+  uint32_t workers = options.workers;
+  if (workers == 0) workers = std::max(1u, std::thread::hardware_concurrency());
+  // Parallelism comes from the pool; OpenCV's own threads would only oversubscribe the cores.
+  e->workers_ = std::make_unique<WorkerPool>(workers, [] { cv::setNumThreads(1); });
+  e->coordinator_ = std::thread([raw = e.get()] { raw->CoordinatorLoop(); });
+  return e;
+}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stop_ && !coordinator_.joinable()) return;
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (coordinator_.joinable()) coordinator_.join();
+  if (workers_) workers_->Shutdown();
+}
+
+double Engine::Now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void Engine::Wake() {
+  {
+    std::lock_guard lock(mu_);
+    woken_ = true;
+  }
+  wake_.notify_one();
+}
+
+Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
+                                            std::shared_ptr<JobSink> sink) {
+  if (request.device != "cpu") {
+    return Status::InvalidArgument(fmt::format(
+        "device \"{}\" is not served by this server (CPU batches only); use device \"cpu\"",
+        request.device));
+  }
+  Result<TransformSpec> transform = ParseTransformSpec(request.transform);
+  if (!transform.ok()) {
+    return Status::InvalidArgument(
+        fmt::format("bad transform \"{}\": {}", request.transform, transform.status().message()));
+  }
+  if (request.batch_size > options_.lookahead) {
+    return Status::InvalidArgument(fmt::format(
+        "batch size {} exceeds the server's look-ahead of {} samples; use a smaller batch or "
+        "restart the server with --lookahead {} or more",
+        request.batch_size, options_.lookahead, request.batch_size));
+  }
+  Result<DatasetSamples> dataset = Status::Internal("not loaded");
+  {
+    std::lock_guard lock(catalog_mu_);
+    dataset = LoadDatasetSamples(*catalog_, request.dataset, reader_);
+  }
+  if (!dataset.ok()) return dataset.status();
+  Result<ImageShape> image = TransformedShape(*transform, dataset->prepared_shape);
+  if (!image.ok()) {
+    const PreparedShape& p = dataset->prepared_shape;
+    return Status::InvalidArgument(fmt::format(
+        "transform \"{}\" cannot be applied to dataset \"{}\" (prepared samples are {}x{}x{}): {}",
+        request.transform, request.dataset, p.height, p.width, p.channels,
+        image.status().message()));
+  }
+
+  auto job = std::make_unique<Job>();
+  job->request = request;
+  job->dataset_size = dataset->info.ids.cardinality();
+  job->transform = *transform;
+  job->image = *image;
+  job->sink = std::move(sink);
+  {
+    std::lock_guard lock(mu_);
+    Status added = samples_.Add(*dataset);
+    if (!added.ok()) return added;
+    job->sched = next_job_id_++;
+    job->id = job->sched;
+  }
+  const slots::BatchLayout full = slots::PlanBatchLayout(request.batch_size, image->bytes());
+  Result<std::unique_ptr<BatchPool>> pool =
+      BatchPool::Create(BatchPool::SegmentName(options_.instance, job->id), job->id,
+                        request.prefetch, full.total_bytes);
+  if (!pool.ok()) return pool.status();
+  job->pool = std::move(*pool);
+
+  protocol::JobInfo info;
+  info.job_id = job->id;
+  info.dataset_size = job->dataset_size;
+  info.batch_size = request.batch_size;
+  info.epochs = request.epochs;
+  info.batches_per_epoch = request.drop_last
+                               ? job->dataset_size / request.batch_size
+                               : (job->dataset_size + request.batch_size - 1) / request.batch_size;
+  if (image->layout == Layout::kNCHW) {
+    info.sample_shape = {static_cast<uint32_t>(image->channels),
+                         static_cast<uint32_t>(image->height), static_cast<uint32_t>(image->width)};
+  } else {
+    info.sample_shape = {static_cast<uint32_t>(image->height), static_cast<uint32_t>(image->width),
+                         static_cast<uint32_t>(image->channels)};
+  }
+  info.dtype = static_cast<protocol::DType>(image->dtype);
+  info.layout = static_cast<protocol::Layout>(image->layout);
+  info.segment_name = job->pool->name();
+  info.slot_count = job->pool->slot_count();
+  info.slot_bytes = job->pool->slot_bytes();
+
+  {
+    std::lock_guard lock(mu_);
+    // Ask for the batches the credits allow, and one more, to be decided ahead.
+    const uint64_t prefetch_samples =
+        std::min<uint64_t>(options_.lookahead, uint64_t{request.prefetch + 1} * request.batch_size);
+    job->created = Now();
+    Status added = scheduler_->AddJob(job->sched, dataset->info.ids, request.epochs,
+                                      prefetch_samples, job->created);
+    if (!added.ok()) return added;
+    log::Info("job {}: dataset \"{}\" ({} samples), batch {}, {} epoch(s), transform \"{}\"",
+              job->id, request.dataset, job->dataset_size, request.batch_size, request.epochs,
+              transform->ToString());
+    jobs_[job->id] = std::move(job);
+    ++jobs_created_;
+    woken_ = true;
+  }
+  wake_.notify_one();
+  return info;
+}
+
+Status Engine::Release(uint64_t job_id, uint32_t slot, uint64_t generation) {
+  Status released;
+  {
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return Status::NotFound(fmt::format("job {} is gone", job_id));
+    released = it->second->pool->Release(slot, generation);
+    woken_ = true;
+  }
+  wake_.notify_one();
+  return released;
+}
+
+void Engine::RemoveJob(uint64_t job_id) {
+  std::unique_ptr<Job> job;
+  {
+    std::unique_lock lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    Job& j = *it->second;
+    j.removed = true;
+    // The batch in flight, if any, still calls the sink; wait for it (milliseconds).
+    assembled_.wait(lock, [&j] { return !j.assembling; });
+    if (scheduler_->Contains(j.sched)) {
+      Status removed = scheduler_->RemoveJob(j.sched);
+      if (!removed.ok()) log::Error("job {}: {}", job_id, removed.ToString());
+    }
+    j.pool->Shutdown();
+    j.pool->ReleaseAll();
+    log::Info("job {} removed: {} samples delivered in {} batches, {} skipped", job_id,
+              j.deliveries, j.batches, j.skipped);
+    job = std::move(it->second);
+    jobs_.erase(it);
+    ++jobs_removed_;
+    woken_ = true;
+  }
+  wake_.notify_one();
+  job.reset();  // unlinks the batch segment outside the lock
+}
+
+void Engine::CoordinatorLoop() {
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    Step();
+    wake_.wait_for(lock, options_.tick, [this] { return woken_ || stop_; });
+    woken_ = false;
+  }
+}
+
+void Engine::Step() {
+  std::vector<Assignment> decided;
+  scheduler_->Tick(Now(), &decided);
+  if (options_.cache_bytes > 0) {
+    // One cache lookup per decided sample: a hit when it is still cached from an earlier use.
+    for (const Assignment& a : decided) {
+      if (in_flight_.count(a.sample) != 0) continue;
+      if (cache_->Lookup(a.sample)) {
+        cached_.insert(a.sample);
+      } else {
+        cached_.erase(a.sample);
+      }
+    }
+  }
+  FeedPreparation();
+  for (auto& [id, job] : jobs_) {
+    if (job->removed || job->done || job->assembling) continue;
+    TryBuildBatch(*job);
+    FinishIfDone(*job);
+  }
+}
+
+bool Engine::Ready(uint32_t sample) const {
+  return in_flight_.count(sample) != 0 || cached_.count(sample) != 0 ||
+         transient_.count(sample) != 0 || bad_.count(sample) != 0;
+}
+
+void Engine::FeedPreparation() {
+  if (options_.cache_bytes == 0) return;  // every delivery is prepared by its assembler
+  const size_t cap = 2 * workers_->size();
+  if (prep_outstanding_ >= cap) return;
+  std::vector<SampleId> next;
+  scheduler_->NextToPrepare(
+      cap - prep_outstanding_, [this](SampleId s) { return Ready(s); }, &next);
+  for (SampleId s : next) {
+    std::shared_ptr<const SampleSource> source = samples_.Find(s);
+    if (source == nullptr) continue;  // cannot happen: every job's samples are in the table
+    in_flight_.insert(s);
+    ++prep_outstanding_;
+    workers_->Post(WorkerPool::Priority::kNormal,
+                   [this, s, source = std::move(source)] { Prepare(s, source); });
+  }
+}
+
+void Engine::TryBuildBatch(Job& job) {
+  if (job.pool->FreeCount() == 0) return;  // no credit
+  std::vector<Decision> decisions;
+  const uint32_t b = job.request.batch_size;
+  if (!scheduler_->NextBatch(job.sched, b, &decisions) || decisions.empty()) return;
+  if (decisions.front().epoch != job.epoch) {
+    job.epoch = decisions.front().epoch;
+    job.next_batch = 0;
+  }
+  if (decisions.size() < b && job.request.drop_last) {
+    Status consumed = scheduler_->Consume(job.sched, decisions.size(), Now());
+    if (!consumed.ok()) log::Error("job {}: {}", job.id, consumed.ToString());
+    job.dropped += decisions.size();
+    job.consumed += decisions.size();
+    return;
+  }
+  const bool use_cache = options_.cache_bytes > 0;
+  BatchTask task;
+  task.job = &job;
+  task.epoch = job.epoch;
+  task.decisions = decisions.size();
+  bool ready = true;
+  for (const Decision& d : decisions) {
+    if (bad_.count(d.sample) != 0) {
+      ++task.skipped;
+      continue;
+    }
+    BatchItem item;
+    item.sample = d.sample;
+    item.source = samples_.Find(d.sample);
+    item.label = item.source->record.label;
+    item.seed = SampleSeed(job.request.seed, d.epoch, d.sample);
+    if (use_cache) {
+      if (in_flight_.count(d.sample) != 0) {
+        ready = false;
+        break;
+      }
+      if (cached_.count(d.sample) != 0) {
+        if (cache_->Pin(d.sample).ok()) {
+          item.pinned = true;
+          item.shape = shapes_[d.sample];
+          ++pins_;
+        } else {
+          cached_.erase(d.sample);  // evicted since: its assembler prepares it
+        }
+      } else if (transient_.count(d.sample) == 0) {
+        ready = false;  // not prepared yet; FeedPreparation asks for it
+        break;
+      }
+    }
+    task.items.push_back(std::move(item));
+  }
+  // Only this thread acquires slots, so FreeCount() > 0 above means TryAcquire succeeds.
+  std::optional<WritableSlot> slot = ready ? job.pool->TryAcquire() : std::nullopt;
+  if (!slot) {
+    for (const BatchItem& item : task.items) {
+      if (!item.pinned) continue;
+      (void)cache_->Unpin(item.sample);
+      --pins_;
+    }
+    return;
+  }
+  for (const BatchItem& item : task.items) {
+    if (!item.pinned) transient_.erase(item.sample);
+  }
+  task.slot = *slot;
+  task.batch_index = job.next_batch++;
+  job.assembling = true;
+  workers_->Post(WorkerPool::Priority::kHigh,
+                 [this, t = std::move(task)]() mutable { Assemble(std::move(t)); });
+}
+
+void Engine::FinishIfDone(Job& job) {
+  if (job.assembling || job.done || !scheduler_->Contains(job.sched) ||
+      !scheduler_->Finished(job.sched)) {
+    return;
+  }
+  job.done = true;
+  Status removed = scheduler_->RemoveJob(job.sched);
+  if (!removed.ok()) log::Error("job {}: {}", job.id, removed.ToString());
+  job.sink->DeliverEndOfData(job.request.epochs);
+}
+
+void Engine::MarkBad(uint32_t sample, const SampleSource& source, const Status& status) {
+  if (bad_.emplace(sample, status.ToString()).second) {
+    log::Warn("sample {} (\"{}\"{}) is skipped: {}", sample, source.record.path,
+              source.record.record_index >= 0
+                  ? fmt::format(", record {}", source.record.record_index)
+                  : std::string(),
+              status.ToString());
+  }
+}
+
+}  // namespace carpool

@@ -1,0 +1,161 @@
+// Engine: the server's JobService. It joins the scheduler (DSA rounds, decided queues), the
+// shared-memory sample cache, the preparation and assembly workers and the jobs' batch slots.
+// docs/server.md describes the threads, the life of a sample and the statistics.
+//
+// Threads: the control plane's io thread calls the JobService methods (they never wait for
+// preparation); one coordinator thread runs the scheduler and hands work to a WorkerPool. Lock
+// order: the engine's mutex, then the cache's (the cache asks the scheduler for next uses while
+// it evicts, so Allocate runs under the engine's mutex). Thread-safe.
+#ifndef CARPOOL_SERVER_ENGINE_H_
+#define CARPOOL_SERVER_ENGINE_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "cache/sample_cache.h"
+#include "datasets/catalog.h"
+#include "datasets/sample_reader.h"
+#include "server/batch_pool.h"
+#include "server/engine_samples.h"
+#include "server/job_service.h"
+#include "server/scheduler.h"
+#include "server/transform.h"
+#include "server/worker_pool.h"
+
+namespace carpool {
+
+inline constexpr uint64_t kDefaultCacheBytes = uint64_t{1} << 30;  // 1 GiB
+inline constexpr uint64_t kDefaultLookahead = 1024;                // samples
+
+struct EngineOptions {
+  std::string instance = "default";  // names the cache and batch slot segments
+  uint64_t cache_bytes = kDefaultCacheBytes;  // 0: no cache, every delivery prepared (baseline)
+  cache::EvictionPolicy policy = cache::EvictionPolicy::kRefCnt;
+  uint32_t workers = 0;  // 0: the number of cores
+  uint64_t lookahead = kDefaultLookahead;
+  uint64_t seed = 1;
+  std::chrono::milliseconds tick{5};  // the coordinator's longest sleep between wakes
+};
+
+class Engine : public JobService {
+ public:
+  // Opens nothing but the cache segment; `catalog` must outlive the engine.
+  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options,
+                                                const Catalog* catalog);
+  ~Engine() override;  // Stop()
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Stops the coordinator and the workers. Call after the control plane has stopped (every job
+  // removed). Idempotent.
+  void Stop();
+
+  Result<protocol::JobInfo> CreateJob(const protocol::CreateJob& request,
+                                      std::shared_ptr<JobSink> sink) override;
+  Status Release(uint64_t job_id, uint32_t slot, uint64_t generation) override;
+  void RemoveJob(uint64_t job_id) override;
+  std::string Stats(uint64_t job_id) override;
+
+  const std::string& cache_segment() const { return cache_->segment_name(); }
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  struct Job;
+  // One sample of a batch being built: read from the cache (pinned) or prepared by the assembler.
+  struct BatchItem {
+    uint32_t sample = 0;
+    bool pinned = false;
+    std::shared_ptr<const SampleSource> source;
+    PreparedShape shape;  // of a pinned sample
+    int32_t label = -1;
+    uint64_t seed = 0;
+  };
+  struct BatchTask {
+    Job* job = nullptr;
+    WritableSlot slot;
+    uint32_t epoch = 0;
+    uint64_t batch_index = 0;
+    size_t decisions = 0;  // queue entries this batch consumes
+    uint32_t skipped = 0;  // of them, known-bad samples left out
+    std::vector<BatchItem> items;
+  };
+  // Forwards the scheduler's reference counts to the cache and keeps their total.
+  class RefSink : public RefCountSink {
+   public:
+    void AddRef(SampleId sample, int64_t delta) override;
+    cache::SampleCache* cache = nullptr;
+    int64_t total = 0;  // GUARDED_BY(Engine::mu_): the scheduler only runs under it
+  };
+
+  Engine(const EngineOptions& options, const Catalog* catalog);
+  double Now() const;
+  void Wake();
+  void CoordinatorLoop();
+  // One coordinator pass: rounds, preparation requests, batches, ends of data. REQUIRES: mu_.
+  void Step();
+  void FeedPreparation();
+  void TryBuildBatch(Job& job);
+  void FinishIfDone(Job& job);
+  bool Ready(uint32_t sample) const;  // REQUIRES: mu_
+  void MarkBad(uint32_t sample, const SampleSource& source, const Status& status);  // mu_
+
+  // Worker tasks (engine_tasks.cc).
+  void Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source);
+  void Assemble(BatchTask task);
+  // Prepares one sample outside the cache (no cache, or no room): counts a preparation.
+  Result<PreparedImage> PrepareTransient(const SampleSource& source);
+
+  std::string JobJson(const Job& job) const;  // REQUIRES: mu_ (engine_stats.cc)
+  std::string ServerJson() const;             // REQUIRES: mu_
+
+  const EngineOptions options_;
+  const Catalog* catalog_;
+  std::mutex catalog_mu_;  // the catalog is thread-compatible
+  SampleReader reader_;
+  const std::chrono::steady_clock::time_point start_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;       // the coordinator waits on it
+  std::condition_variable assembled_;  // RemoveJob waits on it for the job's batch in flight
+  bool woken_ = false;                 // GUARDED_BY(mu_)
+  bool stop_ = false;                  // GUARDED_BY(mu_)
+  RefSink refs_;
+  std::unique_ptr<Scheduler> scheduler_;       // GUARDED_BY(mu_)
+  std::unique_ptr<cache::SampleCache> cache_;  // thread-safe; Allocate under mu_
+  SampleTable samples_;                        // GUARDED_BY(mu_)
+  std::map<uint64_t, std::unique_ptr<Job>> jobs_;  // GUARDED_BY(mu_)
+  uint32_t next_job_id_ = 1;                       // GUARDED_BY(mu_)
+  // Sample states the coordinator needs to decide what to prepare (all GUARDED_BY(mu_)).
+  std::unordered_set<uint32_t> in_flight_;  // a preparation task is queued or running
+  std::unordered_set<uint32_t> cached_;     // committed; may since have been evicted
+  std::unordered_set<uint32_t> transient_;  // the cache had no room: assemble from a transient
+  std::unordered_map<uint32_t, std::string> bad_;  // unreadable: the reason, logged once
+  std::unordered_map<uint32_t, PreparedShape> shapes_;  // of committed samples
+  size_t prep_outstanding_ = 0;
+  // Counters (GUARDED_BY(mu_)).
+  uint64_t preparations_ = 0;
+  uint64_t transient_preparations_ = 0;
+  uint64_t deliveries_ = 0;
+  uint64_t batches_ = 0;
+  uint64_t skipped_ = 0;
+  uint64_t pins_ = 0;  // pins held by batches being assembled
+  uint64_t jobs_created_ = 0, jobs_removed_ = 0;
+
+  std::unique_ptr<WorkerPool> workers_;
+  std::thread coordinator_;
+};
+
+}  // namespace carpool
+
+#endif  // CARPOOL_SERVER_ENGINE_H_

@@ -1,0 +1,123 @@
+#include "server/engine_samples.h"
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <map>
+#include <string>
+
+namespace carpool {
+namespace {
+
+// The shape of one record of an IDX file, from its header only (zlib reads plain files as is).
+Result<PreparedShape> IdxRecordShape(const std::string& path, int channels) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    return Status::IOError(fmt::format("cannot open IDX file \"{}\"; re-register the dataset", path));
+  }
+  uint8_t magic[4] = {};
+  std::vector<uint32_t> dims;
+  bool ok = gzread(f, magic, 4) == 4 && magic[0] == 0 && magic[1] == 0 && magic[3] >= 1 &&
+            magic[3] <= 4;
+  for (int i = 0; ok && i < magic[3]; ++i) {
+    uint8_t d[4];
+    ok = gzread(f, d, 4) == 4;
+    dims.push_back(uint32_t{d[0]} << 24 | uint32_t{d[1]} << 16 | uint32_t{d[2]} << 8 | d[3]);
+  }
+  gzclose(f);
+  if (!ok) {
+    return Status::Corruption(fmt::format("IDX file \"{}\" has a bad header", path));
+  }
+  PreparedShape shape;
+  shape.channels = channels;
+  if (dims.size() == 1) {
+    shape.height = 1;
+    shape.width = 1;
+  } else if (dims.size() == 2) {
+    shape.height = 1;
+    shape.width = static_cast<int>(dims[1] / static_cast<uint32_t>(channels));
+  } else {
+    shape.height = static_cast<int>(dims[1]);
+    shape.width = static_cast<int>(dims[2]);
+    if (dims.size() == 4) shape.channels = static_cast<int>(dims[3]);
+  }
+  return shape;
+}
+
+}  // namespace
+
+Result<DatasetSamples> LoadDatasetSamples(const Catalog& catalog, std::string_view name,
+                                          SampleReader& reader) {
+  Result<DatasetInfo> info = catalog.GetDataset(name);
+  if (!info.ok()) return info.status();
+  DatasetSamples out;
+  out.info = std::move(*info);
+  Result<PrepareSpec> spec = ParsePrepareSpec(out.info.prepare_spec);
+  if (!spec.ok()) {
+    return Status::FailedPrecondition(fmt::format("dataset \"{}\" has a bad prepare spec: {}",
+                                                  name, spec.status().message()));
+  }
+  out.spec = *spec;
+  if (out.info.ids.isEmpty()) {
+    return Status::FailedPrecondition(
+        fmt::format("dataset \"{}\" is empty; register samples with 'carpool dataset add'", name));
+  }
+  Result<std::vector<SampleRecord>> records = catalog.GetSamples(out.info.ids);
+  if (!records.ok()) return records.status();
+  std::map<std::string, PreparedShape> raw_shapes;  // by IDX path
+  out.samples.reserve(records->size());
+  for (SampleRecord& r : *records) {
+    auto s = std::make_shared<SampleSource>();
+    s->spec = out.spec;
+    if (out.spec.raw) {
+      auto it = raw_shapes.find(r.path);
+      if (it == raw_shapes.end()) {
+        Result<PreparedShape> shape = IdxRecordShape(r.path, out.spec.channels);
+        if (!shape.ok()) return shape.status();
+        it = raw_shapes.emplace(r.path, *shape).first;
+      }
+      s->raw_shape = it->second;
+    }
+    s->record = std::move(r);
+    out.samples.push_back(std::move(s));
+  }
+  const SampleSource& first = *out.samples.front();
+  if (out.spec.raw) {
+    out.prepared_shape = first.raw_shape;
+  } else if (out.spec.crop > 0) {
+    out.prepared_shape = {out.spec.crop, out.spec.crop, out.spec.channels};
+  } else {
+    Result<std::vector<uint8_t>> bytes = reader.Read(first.record);
+    Result<PreparedShape> shape =
+        bytes.ok() ? PreparedShapeFor(first.spec, *bytes) : Result<PreparedShape>(bytes.status());
+    if (!shape.ok()) {
+      return Status::FailedPrecondition(fmt::format(
+          "dataset \"{}\": cannot read the shape of its first sample \"{}\": {}", name,
+          first.record.path, shape.status().message()));
+    }
+    out.prepared_shape = *shape;
+  }
+  return out;
+}
+
+Status SampleTable::Add(const DatasetSamples& dataset) {
+  for (const auto& s : dataset.samples) {
+    auto it = map_.find(s->record.id);
+    if (it != map_.end() && !(it->second->spec == s->spec)) {
+      return Status::FailedPrecondition(fmt::format(
+          "dataset \"{}\" prepares sample {} (\"{}\") as \"{}\", but this server already prepares "
+          "it as \"{}\" for another dataset; restart the server to change the prepare spec",
+          dataset.info.name, s->record.id, s->record.path, s->spec.ToString(),
+          it->second->spec.ToString()));
+    }
+  }
+  for (const auto& s : dataset.samples) map_.emplace(s->record.id, s);
+  return Status::OK();
+}
+
+std::shared_ptr<const SampleSource> SampleTable::Find(uint32_t id) const {
+  auto it = map_.find(id);
+  return it == map_.end() ? nullptr : it->second;
+}
+
+}  // namespace carpool

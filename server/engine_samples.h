@@ -1,0 +1,58 @@
+// What the engine knows about each sample it serves: its catalog record, the prepare spec of the
+// dataset it came through and, for raw records, the shape that the bytes alone cannot tell.
+// The cache is keyed by sample id, so a sample has one prepare spec in a server's lifetime.
+#ifndef CARPOOL_SERVER_ENGINE_SAMPLES_H_
+#define CARPOOL_SERVER_ENGINE_SAMPLES_H_
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "carpool/status.h"
+#include "datasets/catalog.h"
+#include "datasets/prepare_spec.h"
+#include "datasets/sample_reader.h"
+#include "server/prepare.h"
+
+namespace carpool {
+
+struct SampleSource {
+  SampleRecord record;
+  PrepareSpec spec;
+  PreparedShape raw_shape;  // raw specs only (IDX: rows x cols x channels from the file header)
+};
+
+// A dataset as loaded for a new job, before its samples enter the table.
+struct DatasetSamples {
+  DatasetInfo info;
+  PrepareSpec spec;
+  std::vector<std::shared_ptr<const SampleSource>> samples;  // ascending id
+  // The prepared shape of every sample when the spec fixes it (raw, crop), else of the first one.
+  PreparedShape prepared_shape;
+};
+
+// Reads the dataset, its records and (raw) the IDX headers from the catalog and the files; reads
+// the first sample when the prepared shape depends on the image. Errors name the dataset and say
+// what to do. Does I/O: call without the engine's lock.
+Result<DatasetSamples> LoadDatasetSamples(const Catalog& catalog, std::string_view name,
+                                          SampleReader& reader);
+
+// The samples served so far. Thread-compatible: the engine holds its lock around every call.
+class SampleTable {
+ public:
+  // Adds the samples not yet known. FailedPrecondition, adding nothing, when a known sample has
+  // another prepare spec (two datasets registered from the same files with different specs).
+  Status Add(const DatasetSamples& dataset);
+  // nullptr for an unknown id. The pointee lives as long as a shared_ptr copy of it.
+  std::shared_ptr<const SampleSource> Find(uint32_t id) const;
+  size_t size() const { return map_.size(); }
+
+ private:
+  std::unordered_map<uint32_t, std::shared_ptr<const SampleSource>> map_;
+};
+
+}  // namespace carpool
+
+#endif  // CARPOOL_SERVER_ENGINE_SAMPLES_H_

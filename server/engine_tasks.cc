@@ -1,0 +1,180 @@
+// The engine's worker tasks: preparing a sample into the cache, and assembling a job's batch.
+#include <fmt/format.h>
+
+#include <cstring>
+#include <utility>
+
+#include "carpool/log.h"
+#include "server/assemble.h"
+#include "server/engine.h"
+#include "server/engine_job.h"
+
+namespace carpool {
+
+void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source) {
+  const SampleSource& src = *source;
+  // Ends the task: `fn` updates the sample's state under the lock.
+  auto finish = [&](auto&& fn) {
+    {
+      std::lock_guard lock(mu_);
+      fn();
+      in_flight_.erase(sample);
+      --prep_outstanding_;
+      woken_ = true;
+    }
+    wake_.notify_one();
+  };
+  Result<std::vector<uint8_t>> bytes = reader_.Read(src.record);
+  Result<PreparedShape> shape = bytes.ok() ? PreparedShapeFor(src.spec, *bytes, src.raw_shape)
+                                           : Result<PreparedShape>(bytes.status());
+  if (!shape.ok()) return finish([&] { MarkBad(sample, src, shape.status()); });
+  Result<cache::SampleCache::Allocation> slot = Status::Internal("not allocated");
+  {
+    std::lock_guard lock(mu_);  // Allocate may ask the scheduler for next uses
+    slot = cache_->Allocate(sample, shape->bytes());
+  }
+  if (!slot.ok()) {
+    const StatusCode code = slot.status().code();
+    return finish([&] {
+      if (code == StatusCode::kAlreadyExists) {
+        cached_.insert(sample);
+      } else {
+        // No room (pinned samples fill the cache): its assembler prepares it instead.
+        if (code != StatusCode::kResourceExhausted) log::Warn("{}", slot.status().ToString());
+        transient_.insert(sample);
+      }
+    });
+  }
+  Result<PreparedShape> written = PrepareInto(src.spec, *bytes, slot->data, src.raw_shape);
+  if (!written.ok()) {
+    (void)cache_->Abort(sample);
+    return finish([&] { MarkBad(sample, src, written.status()); });
+  }
+  Result<cache::SlotRef> committed = cache_->Commit(sample);
+  finish([&] {
+    if (!committed.ok()) {
+      log::Error("sample {}: {}", sample, committed.status().ToString());
+      return;
+    }
+    ++preparations_;
+    shapes_[sample] = *written;
+    cached_.insert(sample);
+  });
+}
+
+Result<PreparedImage> Engine::PrepareTransient(const SampleSource& source) {
+  Result<std::vector<uint8_t>> bytes = reader_.Read(source.record);
+  if (!bytes.ok()) return bytes.status();
+  return PrepareSample(source.spec, *bytes, source.raw_shape);
+}
+
+void Engine::Assemble(BatchTask task) {
+  Job& job = *task.job;
+  std::vector<PreparedImage> owned;
+  owned.reserve(task.items.size());  // views point into it: no reallocation
+  std::vector<PreparedView> views;
+  std::vector<uint64_t> seeds;
+  std::vector<int32_t> labels;
+  std::vector<uint32_t> ids;
+  std::vector<std::pair<uint32_t, Status>> unreadable;
+  uint32_t skipped = task.skipped;
+  uint64_t transient = 0;
+  for (const BatchItem& item : task.items) {
+    PreparedView view;
+    if (item.pinned) {
+      Result<std::span<const uint8_t>> data = cache_->PinnedData(item.sample);
+      if (!data.ok()) {  // cannot happen while pinned
+        unreadable.emplace_back(item.sample, data.status());
+        ++skipped;
+        continue;
+      }
+      view = {data->data(), item.shape};
+    } else {
+      Result<PreparedImage> image = PrepareTransient(*item.source);
+      if (!image.ok()) {
+        unreadable.emplace_back(item.sample, image.status());
+        ++skipped;
+        continue;
+      }
+      ++transient;
+      owned.push_back(std::move(*image));
+      view = owned.back().view();
+    }
+    Result<ImageShape> shape = TransformedShape(job.transform, view.shape);
+    if (!shape.ok() || !(*shape == job.image)) {
+      unreadable.emplace_back(
+          item.sample,
+          Status::InvalidArgument(fmt::format(
+              "prepared as {}x{}x{}, which the job's transform \"{}\" does not turn into its "
+              "batch shape {}x{}x{}; add a crop to the dataset's prepare spec or the transform",
+              view.shape.height, view.shape.width, view.shape.channels,
+              job.transform.ToString(), job.image.height, job.image.width, job.image.channels)));
+      ++skipped;
+      continue;
+    }
+    views.push_back(view);
+    seeds.push_back(item.seed);
+    labels.push_back(item.label);
+    ids.push_back(item.sample);
+  }
+
+  const auto n = static_cast<uint32_t>(views.size());
+  const slots::BatchLayout layout = slots::PlanBatchLayout(n, job.image.bytes());
+  Status built = Status::OK();
+  if (n > 0) {
+    uint8_t* base = task.slot.data.data();
+    Result<ImageShape> assembled = AssembleBatch(job.transform, views, seeds,
+                                                 base + layout.images_offset, layout.images_bytes);
+    built = assembled.status();
+    std::memcpy(base + layout.labels_offset, labels.data(), layout.labels_bytes);
+    std::memcpy(base + layout.ids_offset, ids.data(), layout.ids_bytes);
+  }
+  uint64_t unpinned = 0;
+  for (const BatchItem& item : task.items) {
+    if (!item.pinned) continue;
+    (void)cache_->Unpin(item.sample);
+    ++unpinned;
+  }
+  bool delivered = false;
+  if (n > 0 && built.ok()) {
+    Result<uint64_t> generation = job.pool->Publish(task.slot.index);
+    if (generation.ok()) {
+      protocol::BatchReady ready = MakeBatchReady(job.id, task.slot.index, *generation, task.epoch,
+                                                  task.batch_index, n, layout);
+      ready.skipped = skipped;
+      job.sink->DeliverBatch(ready);
+      delivered = true;
+    } else {
+      built = generation.status();
+    }
+  }
+  if (!delivered) (void)job.pool->Abandon(task.slot.index);
+  if (!built.ok()) log::Error("job {}: batch not built: {}", job.id, built.ToString());
+
+  {
+    std::lock_guard lock(mu_);
+    pins_ -= unpinned;
+    for (const auto& [sample, status] : unreadable) {
+      std::shared_ptr<const SampleSource> source = samples_.Find(sample);
+      if (source) MarkBad(sample, *source, status);
+    }
+    transient_preparations_ += transient;
+    Status consumed = scheduler_->Consume(job.sched, task.decisions, Now());
+    if (!consumed.ok()) log::Error("job {}: {}", job.id, consumed.ToString());
+    job.consumed += task.decisions;
+    job.skipped += skipped;
+    skipped_ += skipped;
+    if (delivered) {
+      job.deliveries += n;
+      deliveries_ += n;
+      ++job.batches;
+      ++batches_;
+    }
+    job.assembling = false;
+    woken_ = true;
+  }
+  assembled_.notify_all();
+  wake_.notify_one();
+}
+
+}  // namespace carpool

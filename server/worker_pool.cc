@@ -1,0 +1,57 @@
+#include "server/worker_pool.h"
+
+#include <utility>
+
+namespace carpool {
+
+WorkerPool::WorkerPool(size_t threads, std::function<void()> thread_init) {
+  if (threads == 0) threads = 1;
+  threads_.reserve(threads);
+  for (size_t i = 0; i < threads; ++i) {
+    threads_.emplace_back([this, thread_init] { Run(thread_init); });
+  }
+}
+
+WorkerPool::~WorkerPool() { Shutdown(); }
+
+void WorkerPool::Post(Priority priority, std::function<void()> task) {
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return;
+    (priority == Priority::kHigh ? high_ : normal_).push_back(std::move(task));
+  }
+  ready_.notify_one();
+}
+
+void WorkerPool::Shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    if (stop_ && threads_.empty()) return;
+    stop_ = true;
+    high_.clear();
+    normal_.clear();
+  }
+  ready_.notify_all();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  threads_.clear();
+}
+
+void WorkerPool::Run(const std::function<void()>& thread_init) {
+  if (thread_init) thread_init();
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock lock(mu_);
+      ready_.wait(lock, [this] { return stop_ || !high_.empty() || !normal_.empty(); });
+      if (stop_) return;
+      std::deque<std::function<void()>>& q = high_.empty() ? normal_ : high_;
+      task = std::move(q.front());
+      q.pop_front();
+    }
+    task();
+  }
+}
+
+}  // namespace carpool

@@ -1,0 +1,46 @@
+// WorkerPool: the engine's preparation and assembly threads. Two FIFO queues: assembly tasks
+// (they finish deliveries a job is waiting for) run before preparation tasks, which the engine
+// feeds in earliest-deadline-first order and keeps short, so priorities stay fresh.
+// Thread-safe.
+#ifndef CARPOOL_SERVER_WORKER_POOL_H_
+#define CARPOOL_SERVER_WORKER_POOL_H_
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace carpool {
+
+class WorkerPool {
+ public:
+  enum class Priority { kHigh, kNormal };
+
+  // Starts `threads` (>= 1) threads; each runs `thread_init` once before its first task.
+  WorkerPool(size_t threads, std::function<void()> thread_init);
+  ~WorkerPool();  // Shutdown()
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  void Post(Priority priority, std::function<void()> task);
+  // Drops the tasks not yet started, waits for running ones and joins the threads. Idempotent.
+  void Shutdown();
+  size_t size() const { return threads_.size(); }
+
+ private:
+  void Run(const std::function<void()>& thread_init);
+
+  std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> high_;    // GUARDED_BY(mu_)
+  std::deque<std::function<void()>> normal_;  // GUARDED_BY(mu_)
+  bool stop_ = false;                         // GUARDED_BY(mu_)
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace carpool
+
+#endif  // CARPOOL_SERVER_WORKER_POOL_H_
