@@ -1,0 +1,132 @@
+// `carpool consume`: a job on the command line, for smoke tests, warming and benchmarks. It reads
+// its batches through the C++ client (include/carpool/client.h), optionally sleeping per batch to
+// stand in for training, and writes what it received.
+#include <fmt/core.h>
+
+#include <boost/program_options.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "carpool/client.h"
+#include "tools/command.h"
+#include "tools/socket_path.h"
+
+namespace carpool::tools {
+namespace {
+
+namespace po = boost::program_options;
+
+constexpr std::string_view kUsage = R"(usage: carpool consume --dataset NAME [options]
+
+Attaches one job to the running server and reads all its batches.
+
+options:
+)";
+
+int Fail(const Status& s) {
+  fmt::print(stderr, "carpool consume: {}\n", s.ToString());
+  return 1;
+}
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+int Consume(int argc, char** argv) {
+  JobOptions job_options;
+  std::string state_dir, socket, ids_out;
+  uint32_t step_ms = 0;
+  po::options_description opts;
+  opts.add_options()("help,h", "show this help")(
+      "dataset", po::value(&job_options.dataset)->required(), "a registered dataset")(
+      "batch-size", po::value(&job_options.batch_size), "samples per batch (default 32)")(
+      "epochs", po::value(&job_options.epochs), "epochs (default 1)")(
+      "transform", po::value(&job_options.transform),
+      "per-job transform, e.g. \"random_crop(24)|flip|float32\" (default: none, uint8)")(
+      "prefetch", po::value(&job_options.prefetch), "batches prepared ahead (default 4)")(
+      "drop-last", po::bool_switch(&job_options.drop_last), "drop each epoch's partial batch")(
+      "seed", po::value(&job_options.seed), "the job's transform seed (default 0)")(
+      "step-ms", po::value(&step_ms), "sleep this long per batch, standing in for training")(
+      "ids-out", po::value(&ids_out), "write epoch,sample_id,label per delivered sample")(
+      "json", "print a JSON summary")(
+      "socket", po::value(&socket), "server socket (default <state-dir>/carpool.sock)")(
+      "state-dir", po::value(&state_dir), "state directory holding the socket");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
+    if (vm.count("help")) {
+      std::ostringstream help;
+      help << opts;
+      fmt::print("{}{}", kUsage, help.str());
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    fmt::print(stderr, "carpool consume: {}; see 'carpool consume --help'\n", e.what());
+    return 2;
+  }
+  Result<std::string> path = ResolveSocketPath(socket, state_dir);
+  if (!path.ok()) return Fail(path.status());
+  std::unique_ptr<std::FILE, FileCloser> ids;
+  if (!ids_out.empty()) {
+    ids.reset(std::fopen(ids_out.c_str(), "w"));
+    if (ids == nullptr) {
+      return Fail(Status::IOError(fmt::format("cannot write --ids-out \"{}\": {}", ids_out,
+                                              std::strerror(errno))));
+    }
+  }
+  Result<std::unique_ptr<Client>> client = Client::Connect(*path);
+  if (!client.ok()) return Fail(client.status());
+  Result<std::unique_ptr<Job>> job = (*client)->CreateJob(job_options);
+  if (!job.ok()) return Fail(job.status());
+
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t batches = 0, samples = 0, skipped = 0;
+  for (;;) {
+    Result<std::optional<Batch>> batch = (*job)->Next();
+    if (!batch.ok()) return Fail(batch.status());
+    if (!batch->has_value()) break;
+    const Batch& b = **batch;
+    ++batches;
+    samples += b.size();
+    skipped += b.skipped();
+    if (ids != nullptr) {
+      std::span<const uint32_t> sample_ids = b.sample_ids();
+      std::span<const int32_t> labels = b.labels();
+      for (size_t i = 0; i < sample_ids.size(); ++i) {
+        fmt::print(ids.get(), "{},{},{}\n", b.epoch(), sample_ids[i], labels[i]);
+      }
+    }
+    batch->reset();  // release the slot before "training", as a real job would after copying
+    if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (ids != nullptr && (std::fflush(ids.get()) != 0 || std::ferror(ids.get()))) {
+    return Fail(Status::IOError(
+        fmt::format("writing --ids-out \"{}\" failed: {}", ids_out, std::strerror(errno))));
+  }
+  const double rate = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
+  if (vm.count("json")) {
+    fmt::print(
+        "{{\"job\":{},\"batches\":{},\"samples\":{},\"seconds\":{:.3f},\"samples_per_s\":{:.1f},"
+        "\"skipped\":{},\"epochs\":{}}}\n",
+        (*job)->id(), batches, samples, seconds, rate, skipped, (*job)->epochs());
+  } else {
+    fmt::print("job {}: {} batches, {} samples in {:.2f} s ({:.0f} samples/s), {} skipped\n",
+               (*job)->id(), batches, samples, seconds, rate, skipped);
+  }
+  return 0;
+}
+
+const CommandRegistrar kRegistrar("consume", "attach a job to the server and read its batches",
+                                  Consume);
+
+}  // namespace
+}  // namespace carpool::tools

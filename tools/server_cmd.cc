@@ -1,0 +1,194 @@
+// `carpool server`: opens the catalog, creates the cache segment, starts the engine and the
+// control plane, and runs until SIGINT or SIGTERM, then shuts down cleanly (jobs removed,
+// segments unlinked, socket removed).
+#include <fmt/core.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cctype>
+#include <csignal>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "carpool/log.h"
+#include "datasets/catalog.h"
+#include "datasets/state_dir.h"
+#include "server/control_plane.h"
+#include "server/engine.h"
+#include "tools/command.h"
+#include "tools/socket_path.h"
+
+namespace carpool::tools {
+namespace {
+
+namespace po = boost::program_options;
+
+constexpr std::string_view kUsage = R"(usage: carpool server [options]
+
+Serves the registered datasets to jobs on a unix socket until SIGINT or SIGTERM.
+
+options:
+)";
+
+int Fail(const Status& s) {
+  fmt::print(stderr, "carpool server: {}\n", s.message());
+  return 1;
+}
+
+// "0", "4096", "512MiB", "8GiB", "1.5GB", "64K": binary units for K/M/G/T with or without "iB",
+// decimal ones for KB/MB/GB/TB.
+Result<uint64_t> ParseBytes(const std::string& flag, const std::string& text) {
+  size_t end = 0;
+  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) ||
+                               text[end] == '.')) {
+    ++end;
+  }
+  const std::string number = text.substr(0, end);
+  const std::string unit = text.substr(end);
+  const Status bad = Status::InvalidArgument(fmt::format(
+      "{} \"{}\" is not a byte count; expected e.g. 0, 512MiB, 8GiB or 1.5GB", flag, text));
+  double value = 0;
+  try {
+    size_t used = 0;
+    value = std::stod(number, &used);
+    if (used != number.size()) return bad;
+  } catch (const std::exception&) {
+    return bad;
+  }
+  struct Unit {
+    const char* name;
+    double scale;
+  };
+  static constexpr Unit kUnits[] = {
+      {"", 1},       {"B", 1},         {"K", 1024.0},        {"KiB", 1024.0},
+      {"KB", 1e3},   {"M", 1048576.0}, {"MiB", 1048576.0},   {"MB", 1e6},
+      {"G", 1 << 30}, {"GiB", 1 << 30}, {"GB", 1e9},          {"T", 1099511627776.0},
+      {"TiB", 1099511627776.0},        {"TB", 1e12}};
+  for (const Unit& u : kUnits) {
+    if (unit == u.name) {
+      const double bytes = value * u.scale;
+      if (bytes > 1e15) return bad;
+      return static_cast<uint64_t>(bytes);
+    }
+  }
+  return bad;
+}
+
+// "2s", "500ms", "1.5s", "1m".
+Result<std::chrono::milliseconds> ParseDuration(const std::string& flag, const std::string& text) {
+  const Status bad = Status::InvalidArgument(
+      fmt::format("{} \"{}\" is not a duration; expected e.g. 2s, 500ms or 1.5s", flag, text));
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return bad;
+  }
+  const std::string unit = text.substr(used);
+  double ms = 0;
+  if (unit == "ms") {
+    ms = value;
+  } else if (unit == "s") {
+    ms = value * 1e3;
+  } else if (unit == "m") {
+    ms = value * 60e3;
+  } else {
+    return bad;
+  }
+  if (!(ms >= 1 && ms <= 24 * 3600e3)) return bad;
+  return std::chrono::milliseconds(static_cast<int64_t>(ms));
+}
+
+int Serve(int argc, char** argv) {
+  std::string state_dir, socket, cache_size = "1GiB", policy = "refcnt", lease = "2s";
+  uint32_t workers = 0;
+  uint64_t lookahead = kDefaultLookahead, seed = 1;
+  po::options_description opts;
+  opts.add_options()("help,h", "show this help")(
+      "state-dir", po::value(&state_dir), "catalog and socket directory (default: see docs)")(
+      "socket", po::value(&socket), "unix socket path (default <state-dir>/carpool.sock)")(
+      "cache-size", po::value(&cache_size),
+      "shared-memory sample cache, e.g. 512MiB or 8GiB; 0 = no cache (default 1GiB)")(
+      "workers", po::value(&workers), "preparation/assembly threads (default: number of cores)")(
+      "lookahead", po::value(&lookahead), "look-ahead L in samples (default 1024)")(
+      "policy", po::value(&policy), "eviction policy: refcnt | next-use | lru (default refcnt)")(
+      "seed", po::value(&seed), "the sampling tree's seed (default 1)")(
+      "lease", po::value(&lease), "remove a job silent this long, e.g. 2s or 500ms (default 2s)");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    fmt::print(stderr, "carpool server: {}; see 'carpool server --help'\n", e.what());
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::ostringstream help;
+    help << opts;
+    fmt::print("{}{}", kUsage, help.str());
+    return 0;
+  }
+  EngineOptions eo;
+  Result<uint64_t> bytes = ParseBytes("--cache-size", cache_size);
+  if (!bytes.ok()) return Fail(bytes.status());
+  eo.cache_bytes = *bytes;
+  Result<cache::EvictionPolicy> p = cache::ParseEvictionPolicy(policy);
+  if (!p.ok()) return Fail(p.status());
+  eo.policy = *p;
+  Result<std::chrono::milliseconds> lease_ms = ParseDuration("--lease", lease);
+  if (!lease_ms.ok()) return Fail(lease_ms.status());
+  if (lookahead == 0) return Fail(Status::InvalidArgument("--lookahead must be at least 1"));
+  eo.workers = workers;
+  eo.lookahead = lookahead;
+  eo.seed = seed;
+  eo.instance = fmt::format("p{}", getpid());
+
+  Result<std::filesystem::path> dir = ResolveStateDir(state_dir);
+  if (!dir.ok()) return Fail(dir.status());
+  Result<std::string> socket_path = ResolveSocketPath(socket, dir->string());
+  if (!socket_path.ok()) return Fail(socket_path.status());
+  Result<std::unique_ptr<Catalog>> catalog = Catalog::Open(*dir);
+  if (!catalog.ok()) return Fail(catalog.status());
+
+  // Block the stop signals in every thread (they inherit the mask); main waits for them below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(eo, catalog->get());
+  if (!engine.ok()) return Fail(engine.status());
+  ControlPlaneOptions co;
+  co.socket_path = *socket_path;
+  co.instance = eo.instance;
+  co.lease = *lease_ms;
+  Result<std::unique_ptr<ControlPlane>> plane = ControlPlane::Start(co, engine->get());
+  if (!plane.ok()) return Fail(plane.status());
+  log::Info(
+      "server {} listening on {} (cache {} bytes{}, policy {}, {} workers, look-ahead {}, lease "
+      "{} ms)",
+      eo.instance, *socket_path, eo.cache_bytes,
+      (*engine)->cache_segment().empty() ? ", disabled"
+                                         : ", segment " + (*engine)->cache_segment(),
+      policy, eo.workers == 0 ? std::thread::hardware_concurrency() : eo.workers, eo.lookahead,
+      lease_ms->count());
+
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  log::Info("server {}: {} received, shutting down", eo.instance, strsignal(signal));
+  (*plane)->Stop();
+  (*engine)->Stop();
+  plane->reset();
+  engine->reset();  // unlinks the cache segment
+  return 0;
+}
+
+const CommandRegistrar kRegistrar("server", "serve registered datasets to training jobs", Serve);
+
+}  // namespace
+}  // namespace carpool::tools
