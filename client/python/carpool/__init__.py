@@ -1,0 +1,18 @@
+"""carpool: batches from the local carpool server for PyTorch (or numpy), zero-copy.
+
+    import carpool
+    loader = carpool.Loader("fmnist", batch_size=64, epochs=2, transform="normalize(0.2860,0.3530)")
+    for epoch in range(loader.epochs):
+        for images, labels in loader:  # torch tensors if torch is importable, else numpy
+            ...
+
+Pure Python over libcarpool.so (ctypes), for any CPython >= 3.9. docs/python.md has the details.
+"""
+
+from ._ffi import CarpoolError, library_path
+from .loader import Loader, server_stats, socket_path, state_dir
+from .server import Server, binary, cli
+
+__version__ = "0.1.0"
+__all__ = ["CarpoolError", "Loader", "Server", "binary", "cli", "library_path", "server_stats",
+           "socket_path", "state_dir"]

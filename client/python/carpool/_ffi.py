@@ -1,0 +1,163 @@
+"""ctypes bindings for libcarpool.so (include/carpool/carpool.h). Internal to the package.
+
+The library is looked up, first hit wins:
+  1. $CARPOOL_LIB (a path to libcarpool.so);
+  2. next to this package (what `pip install client/python` copies from the build);
+  3. the build folders of the source tree this package sits in: $CARPOOL_BUILD_DIR, then build/;
+  4. the system's library path (ctypes.util.find_library("carpool")).
+"""
+
+import ctypes
+import ctypes.util
+import os
+import pathlib
+import threading
+
+_HERE = pathlib.Path(__file__).resolve().parent
+# client/python/carpool -> the repository root, when the package runs from the source tree.
+_SOURCE_ROOT = _HERE.parents[2]
+
+# carpool::StatusCode names, by value (include/carpool/status.h).
+STATUS_NAMES = {
+    0: "OK", 1: "InvalidArgument", 2: "NotFound", 3: "AlreadyExists", 4: "IOError",
+    5: "Corruption", 6: "FailedPrecondition", 7: "ResourceExhausted", 8: "Unavailable",
+    9: "Internal",
+}
+DTYPES = {1: "uint8", 2: "float16", 3: "float32"}
+LAYOUTS = {1: "nhwc", 2: "nchw", 3: "raw"}
+
+
+class CarpoolError(RuntimeError):
+    """A carpool call failed. `code` is the carpool::StatusCode value (8 = Unavailable: the server
+    is gone or silent), `code_name` its name; the message is the server's or the client's."""
+
+    def __init__(self, message, code=9):
+        super().__init__(message)
+        self.code = code
+        self.code_name = STATUS_NAMES.get(code, str(code))
+
+
+class JobOptions(ctypes.Structure):
+    _fields_ = [
+        ("dataset", ctypes.c_char_p),
+        ("batch_size", ctypes.c_uint32),
+        ("epochs", ctypes.c_uint32),
+        ("transform", ctypes.c_char_p),
+        ("device", ctypes.c_char_p),
+        ("prefetch", ctypes.c_uint32),
+        ("drop_last", ctypes.c_int32),
+        ("seed", ctypes.c_uint64),
+        ("silence_timeout_ms", ctypes.c_uint32),
+    ]
+
+
+class JobInfo(ctypes.Structure):
+    _fields_ = [
+        ("job_id", ctypes.c_uint64),
+        ("dataset_size", ctypes.c_uint64),
+        ("batches_per_epoch", ctypes.c_uint64),
+        ("epochs", ctypes.c_uint32),
+        ("sample_rank", ctypes.c_uint32),
+        ("sample_shape", ctypes.c_int64 * 4),
+        ("dtype", ctypes.c_int32),
+        ("layout", ctypes.c_int32),
+    ]
+
+
+def _candidates():
+    env = os.environ.get("CARPOOL_LIB")
+    if env:
+        yield pathlib.Path(env)
+        return  # an explicit choice is not second-guessed
+    for name in ("libcarpool.so", "libcarpool.so.0"):
+        yield _HERE / name
+    build_dirs = []
+    if os.environ.get("CARPOOL_BUILD_DIR"):
+        build_dirs.append(pathlib.Path(os.environ["CARPOOL_BUILD_DIR"]))
+    build_dirs.append(_SOURCE_ROOT / "build")
+    for d in build_dirs:
+        yield d / "client" / "libcarpool.so"
+    found = ctypes.util.find_library("carpool")
+    if found:
+        yield pathlib.Path(found)
+
+
+def _declare(lib):
+    c = ctypes
+    vp, u32, u64, i64p = c.c_void_p, c.c_uint32, c.c_uint64, c.POINTER(c.c_int64)
+    sigs = {
+        "carpool_last_error": (c.c_char_p, []),
+        "carpool_connect": (c.c_int32, [c.c_char_p, c.POINTER(vp)]),
+        "carpool_client_free": (None, [vp]),
+        "carpool_client_stats": (c.c_int32, [vp, c.POINTER(vp)]),
+        "carpool_job_create": (c.c_int32, [vp, c.POINTER(JobOptions), c.POINTER(vp)]),
+        "carpool_job_free": (None, [vp]),
+        "carpool_job_info_get": (c.c_int32, [vp, c.POINTER(JobInfo)]),
+        "carpool_job_next": (c.c_int32, [vp, c.POINTER(vp)]),
+        "carpool_job_stats": (c.c_int32, [vp, c.POINTER(vp)]),
+        "carpool_batch_free": (None, [vp]),
+        "carpool_batch_release": (None, [vp]),
+        "carpool_batch_images": (vp, [vp]),
+        "carpool_batch_image_bytes": (c.c_size_t, [vp]),
+        "carpool_batch_image_shape": (u32, [vp, i64p, u32]),
+        "carpool_batch_size": (u32, [vp]),
+        "carpool_batch_labels": (c.POINTER(c.c_int32), [vp]),
+        "carpool_batch_sample_ids": (c.POINTER(c.c_uint32), [vp]),
+        "carpool_batch_epoch": (u32, [vp]),
+        "carpool_batch_index": (u64, [vp]),
+        "carpool_batch_skipped": (u32, [vp]),
+        "carpool_string_free": (None, [vp]),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)  # AttributeError names a symbol an old libcarpool.so lacks
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def lib():
+    """Loads libcarpool.so once; raises CarpoolError naming every place it looked."""
+    global _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for path in _candidates():
+            tried.append(str(path))
+            if not path.exists() and os.sep in str(path):
+                continue
+            try:
+                _lib = _declare(ctypes.CDLL(str(path)))
+                return _lib
+            except (OSError, AttributeError) as e:
+                tried[-1] += f" ({e})"
+        raise CarpoolError(
+            "libcarpool.so not found (looked in: " + ", ".join(tried) + "); build it with "
+            "'cmake --build build --target carpool_c' or set CARPOOL_LIB to its path", 6)
+
+
+def library_path():
+    """The path of the loaded libcarpool.so."""
+    return lib()._name
+
+
+def check(status):
+    """Raises CarpoolError with carpool_last_error() for a non-zero status."""
+    if status != 0:
+        msg = lib().carpool_last_error()
+        raise CarpoolError(msg.decode("utf-8", "replace") if msg else f"carpool error {status}",
+                           status)
+
+
+def take_string(ptr):
+    """Copies and frees a string returned through a char** out parameter."""
+    if not ptr.value:
+        return ""
+    try:
+        return ctypes.string_at(ptr.value).decode("utf-8", "replace")
+    finally:
+        lib().carpool_string_free(ptr)

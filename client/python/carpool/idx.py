@@ -1,0 +1,25 @@
+"""IDX ubyte files (MNIST, Fashion-MNIST) read with numpy alone: the reference the tests compare
+the server's batches with, and the test split the example scripts evaluate on."""
+
+import gzip
+import pathlib
+import struct
+
+import numpy as np
+
+
+def read_idx(path):
+    """An unsigned-byte IDX file, gzipped or plain, as a numpy uint8 array of its dims."""
+    raw = pathlib.Path(path).read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    if len(raw) < 4:
+        raise ValueError(f"{path}: too short for an IDX header")
+    zero, dtype, rank = struct.unpack(">HBB", raw[:4])
+    if zero != 0 or dtype != 0x08 or rank == 0:
+        raise ValueError(f"{path}: magic 0x{raw[:4].hex()}, expected 0x000008NN (unsigned bytes)")
+    dims = struct.unpack(">" + "I" * rank, raw[4:4 + 4 * rank])
+    expected = 4 + 4 * rank + int(np.prod(dims, dtype=np.int64))
+    if len(raw) != expected:
+        raise ValueError(f"{path}: {len(raw)} bytes, the header {dims} needs {expected}")
+    return np.frombuffer(raw, np.uint8, offset=4 + 4 * rank).reshape(dims)

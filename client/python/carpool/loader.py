@@ -1,0 +1,299 @@
+"""carpool.Loader: a training job's batches from the local carpool server, zero-copy."""
+
+import ctypes
+import json
+import os
+import pathlib
+import warnings
+
+import numpy as np
+
+from . import _ffi
+from ._ffi import CarpoolError
+
+try:  # torch is optional: without it the loader yields numpy arrays
+    import torch
+except ImportError:  # pragma: no cover - depends on the interpreter
+    torch = None
+
+_NP_DTYPES = {1: np.uint8, 2: np.float16, 3: np.float32}
+
+
+def state_dir(state_dir=None):
+    """The server's state dir, resolved as `carpool` does (docs/catalog.md): the argument, else
+    $CARPOOL_STATE_DIR, else $XDG_STATE_HOME/carpool, else ~/.local/state/carpool."""
+    if state_dir:
+        return pathlib.Path(state_dir)
+    if os.environ.get("CARPOOL_STATE_DIR"):
+        return pathlib.Path(os.environ["CARPOOL_STATE_DIR"])
+    if os.environ.get("XDG_STATE_HOME"):
+        return pathlib.Path(os.environ["XDG_STATE_HOME"]) / "carpool"
+    return pathlib.Path.home() / ".local" / "state" / "carpool"
+
+
+def socket_path(socket=None, state_dir_=None):
+    """`socket` if given, else <state dir>/carpool.sock."""
+    return str(socket) if socket else str(state_dir(state_dir_) / "carpool.sock")
+
+
+class _Client:
+    """Owns one carpool_client handle (a connection check and the server's address)."""
+
+    def __init__(self, socket=None, state_dir=None):
+        self.handle = None
+        self.path = socket_path(socket, state_dir)
+        handle = ctypes.c_void_p()
+        _ffi.check(_ffi.lib().carpool_connect(self.path.encode(), ctypes.byref(handle)))
+        self.handle = handle
+
+    def stats(self):
+        out = ctypes.c_void_p()
+        _ffi.check(_ffi.lib().carpool_client_stats(self.handle, ctypes.byref(out)))
+        return json.loads(_ffi.take_string(out))
+
+    def close(self):
+        if self.handle:
+            _ffi.lib().carpool_client_free(self.handle)
+            self.handle = None
+
+    def __del__(self):
+        self.close()
+
+
+def server_stats(socket=None, state_dir=None):
+    """The server's statistics as a dict: jobs, cache, preparations, deliveries, sharing_ratio."""
+    client = _Client(socket, state_dir)
+    try:
+        return client.stats()
+    finally:
+        client.close()
+
+
+class _BatchMemory:
+    """Keeps one carpool_batch handle, and with it the slot mapping, alive while any array over its
+    images exists. The slot itself is released (credit back) by the loader at the next step."""
+
+    handle = None
+
+    def __init__(self, handle):
+        self.handle = handle
+        lib = _ffi.lib()
+        dims = (ctypes.c_int64 * 5)()
+        rank = lib.carpool_batch_image_shape(handle, dims, 5)
+        if rank > 5:
+            raise CarpoolError(f"batch images have rank {rank}; this package handles up to 5", 9)
+        self.shape = tuple(int(d) for d in dims[:rank])
+        self.address = lib.carpool_batch_images(handle) or 0
+        self.nbytes = lib.carpool_batch_image_bytes(handle)
+
+    def array(self, np_dtype):
+        expected = int(np.prod(self.shape, dtype=np.int64)) * np.dtype(np_dtype).itemsize
+        if expected != self.nbytes:
+            raise CarpoolError(f"batch images are {self.nbytes} bytes, but shape {self.shape} of "
+                               f"{np.dtype(np_dtype).name} needs {expected}", 5)
+        # The mapping is read-only: the array says so, so a write raises instead of faulting.
+        self.__array_interface__ = {
+            "shape": self.shape, "typestr": np.dtype(np_dtype).str,
+            "data": (self.address if expected else 0, True), "version": 3,
+        }
+        if expected == 0:
+            return np.empty(self.shape, dtype=np_dtype)
+        return np.asarray(self)
+
+    def __del__(self):
+        if self.handle:
+            _ffi.lib().carpool_batch_free(self.handle)
+            self.handle = None
+
+
+class Loader:
+    """A training job on the local carpool server.
+
+        loader = carpool.Loader("fmnist", batch_size=64, epochs=2,
+                                transform="normalize(0.2860,0.3530)")
+        for epoch in range(loader.epochs):
+            for images, labels in loader:      # one pass = one epoch, len(loader) batches
+                ...
+
+    Each pass over the loader is one epoch of the job (the server knows the number of epochs up
+    front, because its sampler plans every job's epochs together). A pass that is left early with
+    `break` is resumed by the next pass. After the last epoch a pass yields nothing.
+
+    images: a torch tensor when torch is importable, else a numpy array, of shape
+    [B, C, H, W] (nchw) or [B, H, W, C] (nhwc) and the transform's dtype (docs/transforms.md).
+    It is a ZERO-COPY, READ-ONLY view of the batch's shared-memory slot, valid only until the next
+    step of the loader: the slot is handed back to the server then and filled with a later batch.
+    Keep data beyond that with `images.clone()` (torch) or `images.copy()` (numpy); `images.to(...)`
+    to another device or dtype copies too. labels: int64, one per image (a small copy).
+
+    loader.ids: the current batch's sample ids (numpy uint32, a copy); loader.epoch and
+    loader.batch_index say where the current batch sits. loader.stats(): this job's statistics
+    from the server (dict). Failures raise carpool.CarpoolError with the server's message, e.g.
+    for an unknown dataset at construction; a server that dies fails the next step within
+    `timeout` seconds (code 8, Unavailable). close() (or `with`) ends the job at once.
+
+    device: "cpu" only. The C ABI delivers host shared memory; a "cuda:N" device raises
+    CarpoolError (move batches with images.to("cuda:N", non_blocking=True) instead).
+    Thread contract: one thread at a time per Loader; loaders in different threads are
+    independent (ctypes drops the GIL while a step waits).
+    """
+
+    def __init__(self, dataset, batch_size=32, epochs=1, transform="", device="cpu",
+                 drop_last=False, socket=None, state_dir=None, seed=0, prefetch=4,
+                 timeout=10.0, as_numpy=None):
+        if not str(device).startswith("cpu"):
+            raise CarpoolError(
+                f'device "{device}" is not available from Python: libcarpool\'s C ABI delivers '
+                'batches in host shared memory only (no CUDA IPC handle crosses it yet); use '
+                'device="cpu" and images.to(device, non_blocking=True)', 6)
+        if batch_size < 1 or epochs < 1 or prefetch < 1:
+            raise CarpoolError(f"batch_size ({batch_size}), epochs ({epochs}) and prefetch "
+                               f"({prefetch}) must be >= 1", 1)
+        self._lib = _ffi.lib()
+        self._as_numpy = (torch is None) if as_numpy is None else bool(as_numpy)
+        if not self._as_numpy and torch is None:
+            raise CarpoolError("as_numpy=False needs torch, which is not importable", 6)
+        self._job = None
+        self._current = None  # _BatchMemory of the batch handed out last
+        self._pending = None  # a batch of the next epoch, fetched while ending this one
+        self._finished = False
+        self._client = _Client(socket, state_dir)
+        opts = _ffi.JobOptions(
+            dataset=str(dataset).encode(), batch_size=int(batch_size), epochs=int(epochs),
+            transform=(transform or "").encode(), device=b"cpu", prefetch=int(prefetch),
+            drop_last=1 if drop_last else 0, seed=int(seed) & (2**64 - 1),
+            silence_timeout_ms=max(1, int(timeout * 1000)))
+        job = ctypes.c_void_p()
+        try:
+            _ffi.check(self._lib.carpool_job_create(self._client.handle, ctypes.byref(opts),
+                                                    ctypes.byref(job)))
+        except CarpoolError:
+            self._client.close()
+            raise
+        self._job = job
+        info = _ffi.JobInfo()
+        _ffi.check(self._lib.carpool_job_info_get(job, ctypes.byref(info)))
+        if info.dtype not in _NP_DTYPES:
+            self.close()
+            raise CarpoolError(f"server sent dtype {info.dtype}; this package knows 1..3", 9)
+        self.dataset = str(dataset)
+        self.batch_size = int(batch_size)
+        self.job_id = info.job_id
+        self.dataset_size = info.dataset_size
+        self.epochs = info.epochs
+        self.sample_shape = tuple(info.sample_shape[: info.sample_rank])
+        self.dtype = _ffi.DTYPES[info.dtype]
+        self.layout = _ffi.LAYOUTS.get(info.layout, str(info.layout))
+        self._np_dtype = _NP_DTYPES[info.dtype]
+        self._batches_per_epoch = info.batches_per_epoch
+        self.epoch = 0  # the epoch the next pass delivers (then: of the current batch)
+        self.batch_index = -1
+        self.ids = np.empty(0, dtype=np.uint32)
+        self.skipped = 0
+
+    def __len__(self):
+        return int(self._batches_per_epoch)
+
+    def __iter__(self):
+        if self._job is None:
+            raise CarpoolError(f"loader for job {self.job_id} is closed", 6)
+        return self._epoch()
+
+    def _epoch(self):
+        epoch = self.epoch
+        while True:
+            batch = self._pending if self._pending is not None else self._fetch()
+            self._pending = None
+            if batch is None:
+                return
+            b_epoch = self._lib.carpool_batch_epoch(batch.handle)
+            if b_epoch != epoch:  # the previous epoch ended short (skipped samples)
+                self._pending = batch
+                self.epoch = b_epoch
+                return
+            yield self._hand_out(batch, b_epoch)
+            if self.batch_index + 1 >= self._batches_per_epoch:
+                self.epoch = epoch + 1
+                return
+
+    def _fetch(self):
+        """Releases the current batch's slot, then waits for the next batch (None at the end)."""
+        self._release_current()
+        if self._finished:
+            return None
+        handle = ctypes.c_void_p()
+        _ffi.check(self._lib.carpool_job_next(self._job, ctypes.byref(handle)))
+        if not handle.value:
+            self._finished = True
+            self.epoch = self.epochs
+            return None
+        return _BatchMemory(handle)
+
+    def _release_current(self):
+        if self._current is not None:
+            self._lib.carpool_batch_release(self._current.handle)
+            self._current = None
+
+    def _hand_out(self, batch, epoch):
+        lib = self._lib
+        n = lib.carpool_batch_size(batch.handle)
+        self._current = batch
+        self.epoch = epoch
+        self.batch_index = lib.carpool_batch_index(batch.handle)
+        self.skipped = lib.carpool_batch_skipped(batch.handle)
+        labels = np.ctypeslib.as_array(lib.carpool_batch_labels(batch.handle), (n,)) if n else \
+            np.empty(0, np.int32)
+        ids = np.ctypeslib.as_array(lib.carpool_batch_sample_ids(batch.handle), (n,)) if n else \
+            np.empty(0, np.uint32)
+        self.ids = ids.copy()
+        labels = labels.astype(np.int64)
+        images = batch.array(self._np_dtype)
+        if images.shape[:1] != (n,):
+            raise CarpoolError(f"batch of {n} samples has images of shape {images.shape}", 5)
+        self._images_address = batch.address  # for tests: the view's memory is the slot's
+        if self._as_numpy:
+            return images, labels
+        with warnings.catch_warnings():  # torch warns that the (read-only) array is not writable
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(images), torch.from_numpy(labels)
+
+    def stats(self):
+        """This job's statistics from the server, as a dict (deliveries, rate, queue_depth...)."""
+        if self._job is None:
+            raise CarpoolError(f"loader for job {self.job_id} is closed", 6)
+        out = ctypes.c_void_p()
+        _ffi.check(self._lib.carpool_job_stats(self._job, ctypes.byref(out)))
+        return json.loads(_ffi.take_string(out))
+
+    def server_stats(self):
+        """The server's statistics (all jobs, cache, preparations, deliveries, sharing_ratio)."""
+        return self._client.stats()
+
+    def close(self):
+        """Ends the job now (the server removes it and frees its slots). Idempotent. Views handed
+        out earlier stay mapped, so reading them does not fault, but their contents are void."""
+        self._release_current()
+        self._pending = None
+        if getattr(self, "_job", None) is not None:
+            self._lib.carpool_job_free(self._job)
+            self._job = None
+        if getattr(self, "_client", None) is not None:
+            self._client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: modules may be gone
+            pass
+
+    def __repr__(self):
+        return (f"carpool.Loader(dataset={self.dataset!r}, job={self.job_id}, "
+                f"batch_size={self.batch_size}, epochs={self.epochs}, "
+                f"batches_per_epoch={len(self)}, sample_shape={self.sample_shape}, "
+                f"dtype={self.dtype}, layout={self.layout})")
