@@ -1,0 +1,192 @@
+#include "tests/e2e_util.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "carpool/client.h"
+
+namespace carpool::e2e {
+namespace {
+
+std::string CarpoolBin() {
+  const char* dir = std::getenv("CARPOOL_BIN_DIR");
+  return dir != nullptr ? std::string(dir) + "/carpool" : std::string(CARPOOL_BIN);
+}
+
+std::string Slurp(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+CliResult Collect(int status, const fs::path& out, const fs::path& err) {
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), Slurp(out), Slurp(err)};
+}
+
+}  // namespace
+
+double JsonNumber(const std::string& json, const std::string& key) {
+  const std::string needle = "\"" + key + "\":";
+  size_t at = json.find(needle);
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(json.c_str() + at + needle.size(), nullptr);
+}
+
+std::vector<std::string> JsonObjects(const std::string& json, const std::string& key) {
+  std::vector<std::string> out;
+  const std::string needle = "\"" + key + "\":[";
+  size_t at = json.find(needle);
+  if (at == std::string::npos) return out;
+  size_t i = at + needle.size();
+  while (i < json.size() && json[i] == '{') {
+    size_t end = json.find('}', i);
+    if (end == std::string::npos) break;
+    out.push_back(json.substr(i, end - i + 1));
+    i = end + 1;
+    if (i < json.size() && json[i] == ',') ++i;
+  }
+  return out;
+}
+
+std::vector<Delivery> ReadIds(const fs::path& file) {
+  std::vector<Delivery> out;
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    Delivery d{};
+    if (std::sscanf(line.c_str(), "%u,%u,%d", &d.epoch, &d.sample, &d.label) == 3) {
+      out.push_back(d);
+    }
+  }
+  return out;
+}
+
+E2eEnv::E2eEnv() { fs::create_directories(state()); }
+
+E2eEnv::~E2eEnv() {
+  for (pid_t pid : children_) {
+    if (::kill(pid, 0) == 0) ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  // A server killed with SIGKILL leaves its segments; a clean one removed them already.
+  std::error_code ec;
+  for (pid_t pid : server_pids_) {
+    const std::string prefix = "carpool-p" + std::to_string(pid);
+    for (const auto& e : fs::directory_iterator("/dev/shm", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name == prefix || name.rfind(prefix + "-", 0) == 0) fs::remove(e.path(), ec);
+    }
+  }
+}
+
+pid_t E2eEnv::Spawn(const std::vector<std::string>& args, const std::string& name) {
+  std::vector<std::string> full = args;
+  full.insert(full.begin(), CarpoolBin());
+  const std::string out = (dir() / (name + ".out")).string();
+  const std::string err = (dir() / (name + ".err")).string();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int in = ::open("/dev/null", O_RDONLY);
+    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(in, 0);
+    ::dup2(o, 1);
+    ::dup2(e, 2);
+    std::vector<char*> argv;
+    for (const std::string& a : full) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  children_.push_back(pid);
+  return pid;
+}
+
+CliResult E2eEnv::Wait(pid_t pid, const std::string& name) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  children_.erase(std::remove(children_.begin(), children_.end(), pid), children_.end());
+  return Collect(status, dir() / (name + ".out"), dir() / (name + ".err"));
+}
+
+bool E2eEnv::WaitFor(pid_t pid, const std::string& name, std::chrono::milliseconds timeout,
+                     CliResult* result) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      children_.erase(std::remove(children_.begin(), children_.end(), pid), children_.end());
+      *result = Collect(status, dir() / (name + ".out"), dir() / (name + ".err"));
+      return true;
+    }
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+CliResult E2eEnv::Run(const std::vector<std::string>& args, const std::string& name) {
+  return Wait(Spawn(args, name), name);
+}
+
+void E2eEnv::Dataset(std::vector<std::string> args) {
+  args.insert(args.begin(), "dataset");
+  args.push_back("--state-dir");
+  args.push_back(state().string());
+  CliResult r = Run(args, "dataset");
+  ASSERT_EQ(r.code, 0) << r.err;
+}
+
+pid_t E2eEnv::Consume(std::vector<std::string> args, const std::string& name) {
+  args.insert(args.begin(), "consume");
+  args.push_back("--state-dir");
+  args.push_back(state().string());
+  return Spawn(args, name);
+}
+
+void E2eEnv::StartServer(std::vector<std::string> args) {
+  args.insert(args.begin(), {"server", "--state-dir", state().string()});
+  server_ = Spawn(args, "server");
+  server_pids_.push_back(server_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Client::Connect(socket().string()).ok()) return;
+    int status = 0;
+    if (::waitpid(server_, &status, WNOHANG) == server_) {
+      children_.erase(std::remove(children_.begin(), children_.end(), server_), children_.end());
+      server_ = -1;
+      FAIL() << "server exited at start: " << ServerLog();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  FAIL() << "server did not accept connections within 20 s: " << ServerLog();
+}
+
+void E2eEnv::StopServer(int signal) {
+  if (server_ < 0) return;
+  ::kill(server_, signal);
+  CliResult r = Wait(server_, "server");
+  server_ = -1;
+  if (signal != SIGKILL) {
+    EXPECT_EQ(r.code, 0) << r.err;
+  }
+}
+
+std::string E2eEnv::ServerLog() const { return Slurp(dir() / "server.err"); }
+
+std::string E2eEnv::Status() {
+  CliResult r = Run({"status", "--json", "--state-dir", state().string()}, "status");
+  return r.code == 0 ? r.out : std::string();
+}
+
+}  // namespace carpool::e2e

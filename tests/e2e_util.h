@@ -1,0 +1,83 @@
+// Support for the multi-process end-to-end tests (issue 5): a temporary state dir, the `carpool`
+// binary run as real processes (server, consume, status, dataset), and reading the server's JSON
+// stats. Thread-compatible.
+#ifndef CARPOOL_TESTS_E2E_UTIL_H_
+#define CARPOOL_TESTS_E2E_UTIL_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "datasets/temp_dir_for_test.h"
+
+namespace carpool::e2e {
+
+namespace fs = std::filesystem;
+
+inline const fs::path kFmnist = "/usr/share/datasets/fashion-mnist";
+
+struct CliResult {
+  int code = -1;  // exit code, or 128 + signal
+  std::string out, err;
+};
+
+// The first number after "key": in a JSON text; NaN when absent.
+double JsonNumber(const std::string& json, const std::string& key);
+// The flat objects of the array "key":[{...},{...}] (objects without nested objects).
+std::vector<std::string> JsonObjects(const std::string& json, const std::string& key);
+
+// `epoch,sample_id,label` lines as written by `carpool consume --ids-out`.
+struct Delivery {
+  uint32_t epoch;
+  uint32_t sample;
+  int32_t label;
+};
+std::vector<Delivery> ReadIds(const fs::path& file);
+
+class E2eEnv {
+ public:
+  E2eEnv();
+  ~E2eEnv();  // kills what is still running and removes the server's leftover segments
+  E2eEnv(const E2eEnv&) = delete;
+  E2eEnv& operator=(const E2eEnv&) = delete;
+
+  const fs::path& dir() const { return tmp_.path(); }
+  fs::path state() const { return tmp_.path() / "state"; }
+  fs::path socket() const { return state() / "carpool.sock"; }
+
+  // Runs `carpool ARGS` to completion (stdout/stderr captured). `name` names the output files.
+  CliResult Run(const std::vector<std::string>& args, const std::string& name = "run");
+  // Starts `carpool ARGS` in the background; Wait collects it.
+  pid_t Spawn(const std::vector<std::string>& args, const std::string& name);
+  CliResult Wait(pid_t pid, const std::string& name);
+  // Waits up to `timeout` for the process to exit; false if it is still running.
+  bool WaitFor(pid_t pid, const std::string& name, std::chrono::milliseconds timeout,
+               CliResult* result);
+
+  // `carpool dataset ARGS --state-dir state()`; fails the test on a non-zero exit.
+  void Dataset(std::vector<std::string> args);
+  // `carpool consume ARGS --state-dir state()` in the background.
+  pid_t Consume(std::vector<std::string> args, const std::string& name);
+  // Starts `carpool server --state-dir state() ARGS` and waits until it accepts connections.
+  void StartServer(std::vector<std::string> args = {});
+  void StopServer(int signal);  // sends `signal` and waits for the exit
+  pid_t server_pid() const { return server_; }
+  std::string ServerLog() const;
+  // `carpool status --json`; empty on failure.
+  std::string Status();
+
+ private:
+  TempDirForTest tmp_;
+  pid_t server_ = -1;
+  std::vector<pid_t> server_pids_;  // every server started, for segment cleanup
+  std::vector<pid_t> children_;
+};
+
+}  // namespace carpool::e2e
+
+#endif  // CARPOOL_TESTS_E2E_UTIL_H_
