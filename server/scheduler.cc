@@ -57,6 +57,17 @@ void Scheduler::ReportAll(const Roaring& set, int64_t delta) const {
   for (uint32_t s : set) sink_->AddRef(s, delta);
 }
 
+Status Scheduler::SetRefCountSink(RefCountSink* sink) {
+  if (!jobs_.empty()) {
+    return Status::FailedPrecondition(
+        fmt::format("cannot change the reference-count sink with {} job(s) scheduled; set it "
+                    "before the first AddJob",
+                    jobs_.size()));
+  }
+  sink_ = sink;
+  return Status::OK();
+}
+
 Status Scheduler::AddJob(JobId job, const Roaring& dataset, uint32_t epochs,
                          uint64_t prefetch_samples, double now) {
   if (Contains(job)) return Status::AlreadyExists(fmt::format("job {} is already scheduled", job));

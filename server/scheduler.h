@@ -89,6 +89,11 @@ class Scheduler : public cache::NextUseOracle {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
+  // Sets the sink after construction, for when the sink's target needs the scheduler first
+  // (SampleCache takes the scheduler as its NextUseOracle). FailedPrecondition once jobs exist:
+  // their counts would be missing from the new sink.
+  Status SetRefCountSink(RefCountSink* sink);
+
   // Adds a job over `dataset` for `epochs` epochs that wants `prefetch_samples` decided samples
   // ahead (clamped to L). Errors: duplicate id, empty dataset, epochs or prefetch of 0.
   Status AddJob(JobId job, const Roaring& dataset, uint32_t epochs, uint64_t prefetch_samples,

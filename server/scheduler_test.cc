@@ -10,6 +10,8 @@
 #include <set>
 #include <vector>
 
+#include "cache/sample_cache.h"
+
 namespace carpool {
 namespace {
 
@@ -86,6 +88,37 @@ TEST(SchedulerTest, RefCountsMatchRecountUnderRandomOperations) {
     for (JobId j : s.Jobs()) ASSERT_TRUE(s.RemoveJob(j).ok());
     EXPECT_TRUE(sink.counts.empty()) << "removing every job must release every reference";
   }
+}
+
+TEST(SchedulerTest, SinkCanBeSetBeforeTheFirstJobOnly) {
+  CountingSink sink;
+  Scheduler s(Opts(8), nullptr);
+  ASSERT_TRUE(s.SetRefCountSink(&sink).ok());
+  ASSERT_TRUE(s.AddJob(1, Range(0, 3), 1, 2, 0).ok());
+  EXPECT_EQ(sink.counts, (std::map<SampleId, int64_t>{{0, 1}, {1, 1}, {2, 1}}));
+  EXPECT_EQ(s.SetRefCountSink(nullptr).code(), StatusCode::kFailedPrecondition);
+}
+
+// The server's wiring: the scheduler is SampleCache's oracle and feeds its reference counts.
+TEST(SchedulerTest, FeedsSampleCacheReferenceCounts) {
+  Scheduler s(Opts(8), nullptr);
+  cache::CacheOptions options;  // capacity 0: no segment, counts only
+  options.policy = cache::EvictionPolicy::kNextUse;
+  auto created = cache::SampleCache::Create(options, &s);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  cache::SampleCache& sample_cache = **created;
+  RefCountForwarder<cache::SampleCache> refs(&sample_cache);
+  ASSERT_TRUE(s.SetRefCountSink(&refs).ok());
+  ASSERT_TRUE(s.AddJob(1, Range(0, 10), 1, 4, 0).ok());
+  ASSERT_TRUE(s.AddJob(2, Range(5, 15), 1, 4, 0).ok());
+  s.Tick(0);
+  const SampleId first = s.Queue(1)->front().sample;
+  const uint32_t before = sample_cache.RefCount(first);
+  ASSERT_TRUE(s.Consume(1, 1, 1).ok());
+  EXPECT_EQ(sample_cache.RefCount(first), before - 1);
+  ASSERT_TRUE(s.RemoveJob(1).ok());
+  ASSERT_TRUE(s.RemoveJob(2).ok());
+  for (SampleId x = 0; x < 15; ++x) EXPECT_EQ(sample_cache.RefCount(x), 0u) << x;
 }
 
 TEST(SchedulerTest, TriggerAndParticipation) {
