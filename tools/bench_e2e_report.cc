@@ -1,0 +1,177 @@
+#include "tools/bench_e2e_report.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+
+namespace carpool::tools {
+namespace {
+
+const E2eScenarioResult* Find(const std::vector<E2eScenarioResult>& results,
+                              std::string_view name) {
+  for (const E2eScenarioResult& r : results) {
+    if (r.scenario.name == name) return &r;
+  }
+  return nullptr;
+}
+
+std::string Ratio(double a, double b) { return b > 0 ? fmt::format("{:.2f}", a / b) : "-"; }
+
+std::string JsonSide(const E2eSideResult& s) {
+  std::string jobs;
+  for (const E2eJobResult& j : s.jobs) {
+    jobs += fmt::format(
+        "{}{{\"dataset\":\"{}\",\"samples\":{},\"start_s\":{:.3f},\"end_s\":{:.3f},"
+        "\"samples_per_s\":{:.1f},\"cpu_s\":{:.3f},\"threads\":{}}}",
+        jobs.empty() ? "" : ",", j.dataset, j.samples, j.start_s, j.end_s, j.rate(), j.cpu_s,
+        j.threads);
+  }
+  return fmt::format(
+      "{{\"samples\":{},\"wall_s\":{:.3f},\"samples_per_s\":{:.1f},\"cpu_s\":{:.3f},"
+      "\"server_cpu_s\":{:.3f},\"cpu_s_per_sample\":{:.6f},\"preparations\":{},"
+      "\"deliveries\":{},\"preparations_per_delivery\":{:.4f},\"jobs\":[{}]}}",
+      s.samples(), s.wall_s(), s.rate(), s.cpu_s, s.server_cpu_s, s.cpu_per_sample(),
+      s.preparations, s.deliveries, s.preps_per_delivery(), jobs);
+}
+
+std::string JsonOptional(const std::optional<double>& v) {
+  return v ? fmt::format("{:.4f}", *v) : "null";
+}
+
+}  // namespace
+
+E2eGoals ComputeE2eGoals(const std::vector<E2eScenarioResult>& results) {
+  E2eGoals g;
+  const E2eScenarioResult* sync4 = Find(results, "sync4");
+  const E2eScenarioResult* sync1 = Find(results, "sync1");
+  if (sync4 != nullptr && sync4->baseline.rate() > 0) {
+    g.sync4_vs_baseline = sync4->carpool.rate() / sync4->baseline.rate();
+  }
+  if (sync4 != nullptr && sync1 != nullptr && !sync1->carpool.jobs.empty() &&
+      sync1->carpool.jobs[0].rate() > 0) {
+    double slowest = sync4->carpool.jobs.empty() ? 0 : sync4->carpool.jobs[0].rate();
+    for (const E2eJobResult& j : sync4->carpool.jobs) slowest = std::min(slowest, j.rate());
+    g.sync4_vs_sync1 = slowest / sync1->carpool.jobs[0].rate();
+  }
+  return g;
+}
+
+void PrintE2eTables(const E2eRunInfo& info, const std::vector<E2eScenarioResult>& results,
+                    const std::vector<E2eTorchResult>& torch) {
+  fmt::print(
+      "carpool bench e2e: {} JPEGs 500x375 in {}\n"
+      "  prepare {} | transform {} | batch {} | {} epoch(s) | prefetch {} | step {} ms/batch\n"
+      "  carpool: 1 server (--workers {}, --cache-size {}) + 1 consume process per job\n"
+      "  baseline: 1 standalone loader process per job, {} worker threads split across the jobs\n"
+      "  load average before: {} | after: {} | run took {:.0f} s\n\n",
+      info.images, info.data_dir, info.prepare, info.transform, info.batch_size, info.epochs,
+      info.prefetch, info.step_ms, info.workers, info.cache_size, info.workers,
+      info.load_before, info.load_after, info.seconds);
+
+  fmt::print("#### Aggregate (all jobs of a scenario; CPU of every process, the server included)\n\n");
+  fmt::print(
+      "| scenario | jobs | carpool samples/s | baseline samples/s | ratio | carpool CPU ms/sample "
+      "| baseline CPU ms/sample | ratio | carpool preps/deliv | baseline preps/deliv |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const E2eScenarioResult& r : results) {
+    const E2eSideResult& c = r.carpool;
+    const E2eSideResult& b = r.baseline;
+    fmt::print("| {} | {} | {:.0f} | {:.0f} | {} | {:.2f} | {:.2f} | {} | {:.3f} | {:.3f} |\n",
+               r.scenario.name, r.scenario.jobs.size(), c.rate(), b.rate(),
+               Ratio(c.rate(), b.rate()), c.cpu_per_sample() * 1e3, b.cpu_per_sample() * 1e3,
+               Ratio(c.cpu_per_sample(), b.cpu_per_sample()), c.preps_per_delivery(),
+               b.preps_per_delivery());
+  }
+
+  fmt::print("\n#### Per job (samples/s from the job's spawn to its exit)\n\n");
+  fmt::print(
+      "| scenario | job | dataset | start s | step ms | samples | carpool samples/s "
+      "| baseline samples/s | ratio | baseline threads |\n"
+      "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const E2eScenarioResult& r : results) {
+    for (size_t i = 0; i < r.scenario.jobs.size(); ++i) {
+      const E2eJobResult& c = r.carpool.jobs[i];
+      const E2eJobResult& b = r.baseline.jobs[i];
+      fmt::print("| {} | {} | {} | {:.1f} | {} | {} | {:.0f} | {:.0f} | {} | {} |\n",
+                 r.scenario.name, i, c.dataset, r.scenario.jobs[i].start_s,
+                 r.scenario.jobs[i].step_ms, c.samples, c.rate(), b.rate(),
+                 Ratio(c.rate(), b.rate()), b.threads);
+    }
+  }
+
+  fmt::print("\n#### Scenarios\n\n");
+  for (const E2eScenarioResult& r : results) {
+    fmt::print("- {}: {}\n", r.scenario.name, r.scenario.description);
+  }
+
+  if (!torch.empty()) {
+    fmt::print(
+        "\n#### torchvision ImageFolder + DataLoader per job (scripts/bench_torchvision.py), "
+        "{} workers in total\n\n",
+        info.workers);
+    fmt::print(
+        "| jobs | per-job samples/s | aggregate samples/s | CPU ms/sample | carpool aggregate "
+        "(same N, sync) | carpool / torchvision |\n|---:|---|---:|---:|---:|---:|\n");
+    for (const E2eTorchResult& t : torch) {
+      std::string per_job;
+      for (double r : t.job_rates) per_job += fmt::format("{}{:.0f}", per_job.empty() ? "" : ", ", r);
+      const E2eScenarioResult* same = Find(results, fmt::format("sync{}", t.jobs));
+      const double carpool = same != nullptr ? same->carpool.rate() : 0.0;
+      fmt::print("| {} | {} | {:.0f} | {:.2f} | {} | {} |\n", t.jobs, per_job, t.rate(),
+                 t.cpu_per_sample() * 1e3, same ? fmt::format("{:.0f}", carpool) : "-",
+                 same ? Ratio(carpool, t.rate()) : "-");
+    }
+  }
+
+  const E2eGoals g = ComputeE2eGoals(results);
+  fmt::print("\n#### Goals (issue 6)\n\n");
+  if (g.sync4_vs_baseline) {
+    fmt::print("- N = 4 in sync, aggregate carpool / baseline = {:.2f} (goal >= 3): {}\n",
+               *g.sync4_vs_baseline, g.aggregate_met() ? "met" : "NOT met");
+  } else {
+    fmt::print("- N = 4 in sync vs baseline: not measured (run scenario sync4)\n");
+  }
+  if (g.sync4_vs_sync1) {
+    fmt::print(
+        "- N = 4 in sync, slowest carpool job / carpool job at N = 1 = {:.2f} (goal >= 0.75): {}\n",
+        *g.sync4_vs_sync1, g.per_job_met() ? "met" : "NOT met");
+  } else {
+    fmt::print("- per-job speed at N = 4 vs N = 1: not measured (run scenarios sync1 and sync4)\n");
+  }
+}
+
+std::string E2eJson(const E2eRunInfo& info, const std::vector<E2eScenarioResult>& results,
+                    const std::vector<E2eTorchResult>& torch) {
+  std::string scenarios;
+  for (const E2eScenarioResult& r : results) {
+    scenarios += fmt::format(
+        "{}{{\"name\":\"{}\",\"description\":\"{}\",\"carpool\":{},\"baseline\":{},"
+        "\"throughput_ratio\":{:.4f}}}",
+        scenarios.empty() ? "" : ",", r.scenario.name, r.scenario.description,
+        JsonSide(r.carpool), JsonSide(r.baseline),
+        r.baseline.rate() > 0 ? r.carpool.rate() / r.baseline.rate() : 0.0);
+  }
+  std::string tv;
+  for (const E2eTorchResult& t : torch) {
+    std::string rates;
+    for (double r : t.job_rates) rates += fmt::format("{}{:.1f}", rates.empty() ? "" : ",", r);
+    tv += fmt::format(
+        "{}{{\"jobs\":{},\"job_samples_per_s\":[{}],\"samples\":{},\"wall_s\":{:.3f},"
+        "\"samples_per_s\":{:.1f},\"cpu_s\":{:.3f},\"cpu_s_per_sample\":{:.6f}}}",
+        tv.empty() ? "" : ",", t.jobs, rates, t.samples, t.wall_s, t.rate(), t.cpu_s,
+        t.cpu_per_sample());
+  }
+  const E2eGoals g = ComputeE2eGoals(results);
+  return fmt::format(
+      "{{\"images\":{},\"prepare\":\"{}\",\"transform\":\"{}\",\"batch_size\":{},\"epochs\":{},"
+      "\"prefetch\":{},\"workers\":{},\"step_ms\":{},\"cache_size\":\"{}\",\"load_before\":\"{}\","
+      "\"load_after\":\"{}\",\"seconds\":{:.1f},\"scenarios\":[{}],\"torchvision\":[{}],"
+      "\"goals\":{{\"sync4_vs_baseline\":{},\"aggregate_met\":{},\"sync4_vs_sync1\":{},"
+      "\"per_job_met\":{}}}}}",
+      info.images, info.prepare, info.transform, info.batch_size, info.epochs, info.prefetch,
+      info.workers, info.step_ms, info.cache_size, info.load_before, info.load_after,
+      info.seconds, scenarios, tv, JsonOptional(g.sync4_vs_baseline), g.aggregate_met(),
+      JsonOptional(g.sync4_vs_sync1), g.per_job_met());
+}
+
+}  // namespace carpool::tools
