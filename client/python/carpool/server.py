@@ -47,6 +47,15 @@ def cli(*args, state_dir=None, check=True):
     return r.stdout
 
 
+def _die_with_parent():
+    """In the child: SIGTERM when the parent dies (Linux), so a test or script killed with
+    SIGKILL leaves no server behind."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class Server:
     """`carpool server` as a child process, for the lifetime of a `with` block:
 
@@ -54,7 +63,8 @@ class Server:
             loader = carpool.Loader("fmnist", socket=srv.socket, ...)
 
     Keyword arguments become flags (cache_size="0" -> --cache-size 0). start() returns once the
-    socket answers; stop() sends SIGTERM, then SIGKILL after `grace` seconds."""
+    socket answers; stop() sends SIGTERM, then SIGKILL after `grace` seconds. On Linux the server
+    also gets SIGTERM if this process dies first."""
 
     def __init__(self, state_dir, log=None, grace=10.0, **flags):
         self.state_dir = pathlib.Path(state_dir)
@@ -71,7 +81,8 @@ class Server:
                 cmd += ["--" + k.replace("_", "-"), str(v)]
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
         try:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                         preexec_fn=_die_with_parent)
         finally:
             if self.log:
                 out.close()
