@@ -20,13 +20,13 @@ constexpr seconds kServerStartTimeout{30};
 constexpr seconds kServerStopGrace{20};
 
 std::vector<std::string> JobArgs(const E2eSetup& setup, const E2eJob& job, size_t i) {
-  return {"--dataset",   job.dataset,
+  return {"--dataset",    job.dataset,
           "--batch-size", std::to_string(setup.batch_size),
-          "--epochs",    std::to_string(setup.epochs),
-          "--transform", setup.transform,
-          "--prefetch",  std::to_string(setup.prefetch),
-          "--step-ms",   std::to_string(job.step_ms),
-          "--seed",      std::to_string(i + 1),
+          "--epochs",     std::to_string(setup.epochs),
+          "--transform",  setup.transform,
+          "--prefetch",   std::to_string(setup.prefetch),
+          "--step-ms",    std::to_string(job.step_ms),
+          "--seed",       std::to_string(i + 1),
           "--json"};
 }
 
@@ -97,9 +97,7 @@ double E2eSideResult::rate() const {
   return w > 0 ? samples() / w : 0.0;
 }
 
-double E2eSideResult::cpu_per_sample() const {
-  return samples() > 0 ? cpu_s / samples() : 0.0;
-}
+double E2eSideResult::cpu_per_sample() const { return samples() > 0 ? cpu_s / samples() : 0.0; }
 
 double E2eSideResult::preps_per_delivery() const {
   return deliveries > 0 ? static_cast<double>(preparations) / deliveries : 0.0;
@@ -152,8 +150,8 @@ Result<E2eSideResult> RunCarpoolSide(const E2eSetup& setup, const E2eScenario& s
   std::optional<double> preparations = JsonNumber(*stats, "preparations");
   std::optional<double> deliveries = JsonNumber(*stats, "deliveries");
   if (!preparations || !deliveries) {
-    return abandon(Status::Internal(fmt::format(
-        "the server's stats lack \"preparations\" or \"deliveries\": {}", *stats)));
+    return abandon(Status::Internal(
+        fmt::format("the server's stats lack \"preparations\" or \"deliveries\": {}", *stats)));
   }
   side.preparations = static_cast<uint64_t>(*preparations);
   side.deliveries = static_cast<uint64_t>(*deliveries);
@@ -162,9 +160,9 @@ Result<E2eSideResult> RunCarpoolSide(const E2eSetup& setup, const E2eScenario& s
   side.server_cpu_s = *server_cpu;
   side.cpu_s += *server_cpu;
   if (side.deliveries != side.samples()) {
-    return Status::Internal(fmt::format(
-        "the server counted {} deliveries but the jobs received {} samples; see {}",
-        side.deliveries, side.samples(), setup.log_dir.string()));
+    return Status::Internal(
+        fmt::format("the server counted {} deliveries but the jobs received {} samples; see {}",
+                    side.deliveries, side.samples(), setup.log_dir.string()));
   }
   return side;
 }
@@ -175,7 +173,11 @@ Result<E2eSideResult> RunBaselineSide(const E2eSetup& setup, const E2eScenario& 
   for (size_t i = 0; i < scenario.jobs.size(); ++i) {
     ScheduledProcess p;
     p.label = fmt::format("{}-job{}", prefix, i);
-    p.argv = {setup.exe, "bench", "standalone", "--state-dir", setup.state_dir.string(),
+    p.argv = {setup.exe,
+              "bench",
+              "standalone",
+              "--state-dir",
+              setup.state_dir.string(),
               "--workers",
               std::to_string(BaselineWorkers(setup.workers, scenario.jobs.size(), i))};
     for (std::string& a : JobArgs(setup, scenario.jobs[i], i)) p.argv.push_back(std::move(a));

@@ -28,10 +28,10 @@ struct E2eScenario {
 };
 
 struct E2eSetup {
-  std::string exe;  // the carpool binary
+  std::string exe;                  // the carpool binary
   std::filesystem::path state_dir;  // the catalog holding the datasets
   std::filesystem::path log_dir;    // sockets and per-process logs
-  uint32_t workers = 4;   // the server's threads = the baseline's total
+  uint32_t workers = 4;             // the server's threads = the baseline's total
   uint32_t batch_size = 32;
   uint32_t epochs = 1;
   uint32_t prefetch = 4;  // batches, for both sides
@@ -44,7 +44,7 @@ struct E2eJobResult {
   uint64_t samples = 0;
   double start_s = 0;  // spawn and exit, seconds after the scenario began
   double end_s = 0;
-  double cpu_s = 0;    // this job's process
+  double cpu_s = 0;      // this job's process
   uint32_t threads = 0;  // baseline: its worker threads
 
   double rate() const { return end_s > start_s ? samples / (end_s - start_s) : 0.0; }
@@ -58,9 +58,9 @@ struct E2eSideResult {
   uint64_t deliveries = 0;
 
   uint64_t samples() const;
-  double wall_s() const;         // first spawn to last exit
-  double rate() const;           // samples / wall_s
-  double cpu_per_sample() const; // CPU seconds per delivered sample
+  double wall_s() const;          // first spawn to last exit
+  double rate() const;            // samples / wall_s
+  double cpu_per_sample() const;  // CPU seconds per delivered sample
   double preps_per_delivery() const;
 };
 

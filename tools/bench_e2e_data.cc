@@ -34,9 +34,8 @@ Status AddOverlapDatasets(const std::filesystem::path& state_dir, E2eData* data)
   uint32_t third = 0, two_thirds = 0;
   if (n < 3 || !full->ids.select(static_cast<uint32_t>(n / 3), &third) ||
       !full->ids.select(static_cast<uint32_t>(n - n / 3), &two_thirds)) {
-    return Status::InvalidArgument(
-        fmt::format("dataset \"{}\" has {} samples; the overlap scenario needs at least 3",
-                    kE2eDataset, n));
+    return Status::InvalidArgument(fmt::format(
+        "dataset \"{}\" has {} samples; the overlap scenario needs at least 3", kE2eDataset, n));
   }
   struct Part {
     const char* name;
@@ -100,11 +99,11 @@ Result<E2eData> PrepareE2eData(const std::string& exe, const std::filesystem::pa
     data.generated = true;
   }
   std::filesystem::create_directories(data.state_dir, ec);
-  if (Status s = RunOne("dataset-add",
-                        {exe, "dataset", "add", kE2eDataset, "--dir", data.image_dir.string(),
-                         "--prepare", prepare, "--replace", "--quiet", "--state-dir",
-                         data.state_dir.string()},
-                        log_dir);
+  if (Status s =
+          RunOne("dataset-add",
+                 {exe, "dataset", "add", kE2eDataset, "--dir", data.image_dir.string(), "--prepare",
+                  prepare, "--replace", "--quiet", "--state-dir", data.state_dir.string()},
+                 log_dir);
       !s.ok()) {
     return s;
   }

@@ -75,8 +75,8 @@ Result<pid_t> SpawnProcess(const std::vector<std::string>& argv, const std::file
 }
 
 Result<std::vector<FinishedProcess>> RunScheduled(const std::vector<ScheduledProcess>& procs,
-                                                  const std::filesystem::path& log_dir,
-                                                  pid_t watch, std::chrono::seconds timeout) {
+                                                  const std::filesystem::path& log_dir, pid_t watch,
+                                                  std::chrono::seconds timeout) {
   const Clock::time_point t0 = Clock::now();
   auto since = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   std::vector<FinishedProcess> done(procs.size());
@@ -114,9 +114,9 @@ Result<std::vector<FinishedProcess>> RunScheduled(const std::vector<ScheduledPro
       done[i].cpu_s = CpuSeconds(ru);
       const std::filesystem::path err = log_dir / (procs[i].label + ".err");
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        return fail(Status::Internal(fmt::format("{} failed ({}): {}; logs in {}",
-                                                 procs[i].label, DescribeExit(status),
-                                                 FileTail(err, 3), log_dir.string())));
+        return fail(Status::Internal(fmt::format("{} failed ({}): {}; logs in {}", procs[i].label,
+                                                 DescribeExit(status), FileTail(err, 3),
+                                                 log_dir.string())));
       }
       done[i].stdout_text = ReadText(log_dir / (procs[i].label + ".out"));
       continue;  // reap others at once, before sleeping

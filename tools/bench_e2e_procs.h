@@ -44,8 +44,8 @@ Result<pid_t> SpawnProcess(const std::vector<std::string>& argv, const std::file
 // exit of `watch` (e.g. the server; -1 for none), or `timeout` fails the run: the remaining
 // children are killed and reaped, and the error quotes the failing child's stderr tail.
 Result<std::vector<FinishedProcess>> RunScheduled(const std::vector<ScheduledProcess>& procs,
-                                                  const std::filesystem::path& log_dir,
-                                                  pid_t watch, std::chrono::seconds timeout);
+                                                  const std::filesystem::path& log_dir, pid_t watch,
+                                                  std::chrono::seconds timeout);
 
 // Sends SIGTERM, waits up to `grace`, then SIGKILL. Returns the CPU seconds of the process, or an
 // error naming its exit status if it did not exit cleanly (0 or by SIGTERM).

@@ -63,12 +63,14 @@ void PrintE2eTables(const E2eRunInfo& info, const std::vector<E2eScenarioResult>
       "  prepare {} | transform {} | batch {} | {} epoch(s) | prefetch {} | step {} ms/batch\n"
       "  carpool: 1 server (--workers {}, --cache-size {}) + 1 consume process per job\n"
       "  baseline: 1 standalone loader process per job, {} worker threads split across the jobs\n"
-      "  load average before: {} | after: {} | run took {:.0f} s\n\n",
+      "  best of {} run(s) per scenario and side | load average before: {} | after: {} | "
+      "run took {:.0f} s\n\n",
       info.images, info.data_dir, info.prepare, info.transform, info.batch_size, info.epochs,
-      info.prefetch, info.step_ms, info.workers, info.cache_size, info.workers,
+      info.prefetch, info.step_ms, info.workers, info.cache_size, info.workers, info.repeat,
       info.load_before, info.load_after, info.seconds);
 
-  fmt::print("#### Aggregate (all jobs of a scenario; CPU of every process, the server included)\n\n");
+  fmt::print(
+      "#### Aggregate (all jobs of a scenario; CPU of every process, the server included)\n\n");
   fmt::print(
       "| scenario | jobs | carpool samples/s | baseline samples/s | ratio | carpool CPU ms/sample "
       "| baseline CPU ms/sample | ratio | carpool preps/deliv | baseline preps/deliv |\n"
@@ -114,7 +116,8 @@ void PrintE2eTables(const E2eRunInfo& info, const std::vector<E2eScenarioResult>
         "(same N, sync) | carpool / torchvision |\n|---:|---|---:|---:|---:|---:|\n");
     for (const E2eTorchResult& t : torch) {
       std::string per_job;
-      for (double r : t.job_rates) per_job += fmt::format("{}{:.0f}", per_job.empty() ? "" : ", ", r);
+      for (double r : t.job_rates)
+        per_job += fmt::format("{}{:.0f}", per_job.empty() ? "" : ", ", r);
       const E2eScenarioResult* same = Find(results, fmt::format("sync{}", t.jobs));
       const double carpool = same != nullptr ? same->carpool.rate() : 0.0;
       fmt::print("| {} | {} | {:.0f} | {:.2f} | {} | {} |\n", t.jobs, per_job, t.rate(),
@@ -147,9 +150,8 @@ std::string E2eJson(const E2eRunInfo& info, const std::vector<E2eScenarioResult>
     scenarios += fmt::format(
         "{}{{\"name\":\"{}\",\"description\":\"{}\",\"carpool\":{},\"baseline\":{},"
         "\"throughput_ratio\":{:.4f}}}",
-        scenarios.empty() ? "" : ",", r.scenario.name, r.scenario.description,
-        JsonSide(r.carpool), JsonSide(r.baseline),
-        r.baseline.rate() > 0 ? r.carpool.rate() / r.baseline.rate() : 0.0);
+        scenarios.empty() ? "" : ",", r.scenario.name, r.scenario.description, JsonSide(r.carpool),
+        JsonSide(r.baseline), r.baseline.rate() > 0 ? r.carpool.rate() / r.baseline.rate() : 0.0);
   }
   std::string tv;
   for (const E2eTorchResult& t : torch) {
@@ -164,12 +166,13 @@ std::string E2eJson(const E2eRunInfo& info, const std::vector<E2eScenarioResult>
   const E2eGoals g = ComputeE2eGoals(results);
   return fmt::format(
       "{{\"images\":{},\"prepare\":\"{}\",\"transform\":\"{}\",\"batch_size\":{},\"epochs\":{},"
-      "\"prefetch\":{},\"workers\":{},\"step_ms\":{},\"cache_size\":\"{}\",\"load_before\":\"{}\","
+      "\"prefetch\":{},\"workers\":{},\"step_ms\":{},\"repeat\":{},\"cache_size\":\"{}\",\"load_"
+      "before\":\"{}\","
       "\"load_after\":\"{}\",\"seconds\":{:.1f},\"scenarios\":[{}],\"torchvision\":[{}],"
       "\"goals\":{{\"sync4_vs_baseline\":{},\"aggregate_met\":{},\"sync4_vs_sync1\":{},"
       "\"per_job_met\":{}}}}}",
       info.images, info.prepare, info.transform, info.batch_size, info.epochs, info.prefetch,
-      info.workers, info.step_ms, info.cache_size, info.load_before, info.load_after,
+      info.workers, info.step_ms, info.repeat, info.cache_size, info.load_before, info.load_after,
       info.seconds, scenarios, tv, JsonOptional(g.sync4_vs_baseline), g.aggregate_met(),
       JsonOptional(g.sync4_vs_sync1), g.per_job_met());
 }

@@ -22,6 +22,7 @@ struct E2eRunInfo {
   uint32_t prefetch = 0;
   uint32_t workers = 0;
   uint32_t step_ms = 0;
+  uint32_t repeat = 1;  // runs per scenario and side; the best is reported
   std::string cache_size;
   std::string load_before;  // /proc/loadavg at the start and the end of the run
   std::string load_after;
