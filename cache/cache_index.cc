@@ -9,6 +9,16 @@
 
 namespace carpool::cache {
 
+namespace {
+// splitmix64's finalizer: the candidate sampler's hash.
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
 Result<EvictionPolicy> ParseEvictionPolicy(std::string_view name) {
   if (name == "refcnt") return EvictionPolicy::kRefCnt;
   if (name == "next-use") return EvictionPolicy::kNextUse;
@@ -51,6 +61,10 @@ CacheIndex::Key CacheIndex::KeyOf(int32_t node) const {
 }
 
 void CacheIndex::Track(int32_t node) {
+  if (options_.policy == EvictionPolicy::kNextUse) {
+    nodes_[node].pos = static_cast<int32_t>(unpinned_.size());
+    unpinned_.push_back(node);
+  }
   if (options_.policy != EvictionPolicy::kLru) {
     order_.insert(KeyOf(node));
     return;
@@ -64,6 +78,13 @@ void CacheIndex::Track(int32_t node) {
 }
 
 void CacheIndex::Untrack(int32_t node) {
+  if (options_.policy == EvictionPolicy::kNextUse) {
+    const int32_t pos = nodes_[node].pos;
+    unpinned_[pos] = unpinned_.back();
+    nodes_[unpinned_[pos]].pos = pos;
+    unpinned_.pop_back();
+    nodes_[node].pos = kNone;
+  }
   if (options_.policy != EvictionPolicy::kLru) {
     order_.erase(KeyOf(node));
     return;
@@ -138,7 +159,7 @@ Status CacheIndex::Insert(uint32_t sample, uint64_t slot, uint64_t bytes) {
     node = static_cast<int32_t>(nodes_.size());
     nodes_.emplace_back();
   }
-  nodes_[node] = Node{sample, Entry{slot, bytes, 0}, next_seq_++, kNone, kNone};
+  nodes_[node] = Node{sample, Entry{slot, bytes, 0}, next_seq_++, kNone, kNone, kNone};
   node_of_[sample] = node;
   Track(node);
   bytes_used_ += bytes;
@@ -153,25 +174,45 @@ std::optional<uint32_t> CacheIndex::PickVictim() const {
     return nodes_[lru_head_].sample;
   }
   if (order_.empty()) return std::nullopt;
-  auto it = order_.begin();
-  if (options_.policy == EvictionPolicy::kRefCnt) return nodes_[it->node].sample;
-  // next-use: scan the lowest-count bucket oldest first; strictly later wins, so ties keep the
-  // oldest. +infinity cannot be beaten, so the scan stops there.
-  const uint32_t lowest = it->refcount;
-  uint32_t best = nodes_[it->node].sample;
-  double best_use = -std::numeric_limits<double>::infinity();
-  size_t scanned = 0;
-  for (; it != order_.end() && it->refcount == lowest; ++it) {
-    uint32_t sample = nodes_[it->node].sample;
-    double use = oracle_->NextUse(sample);
-    if (use > best_use) {
-      best_use = use;
-      best = sample;
+  if (options_.policy == EvictionPolicy::kRefCnt) return nodes_[order_.begin()->node].sample;
+  return PickFurthest();
+}
+
+size_t CacheIndex::NextUseCandidates() const {
+  return options_.next_use_scan_limit == 0 ? kDefaultNextUseCandidates
+                                           : options_.next_use_scan_limit;
+}
+
+uint32_t CacheIndex::PickFurthest() const {
+  // The furthest next use wins; ties go to the lower count (fewer jobs lose it), then the oldest.
+  int32_t best = kNone;
+  double best_use = 0;
+  auto consider = [&](int32_t node) {
+    const double use = oracle_->NextUse(nodes_[node].sample);
+    if (best != kNone && (use < best_use || (use == best_use && KeyOf(best) < KeyOf(node)))) {
+      return;
     }
-    if (std::isinf(use) && use > 0) break;
-    if (++scanned == options_.next_use_scan_limit) break;
+    best = node;
+    best_use = use;
+  };
+  // 1. Count 0, oldest first: the first that no job will ever need (+infinity) goes at once.
+  const size_t k = NextUseCandidates();
+  size_t scanned = 0;
+  for (auto it = order_.begin(); it != order_.end() && it->refcount == 0 && scanned < k;
+       ++it, ++scanned) {
+    consider(it->node);
+    if (std::isinf(best_use) && best_use > 0) return nodes_[best].sample;
   }
-  return best;
+  // 2. Every unpinned entry when there are at most K, else K drawn by a hash of the index's state
+  // (deterministic: the same state picks the same victim).
+  const size_t n = unpinned_.size();
+  if (k >= n) {
+    for (int32_t node : unpinned_) consider(node);
+  } else {
+    const uint64_t seed = Mix(next_seq_ ^ (evictions_ << 32) ^ bytes_used_);
+    for (size_t i = 0; i < k; ++i) consider(unpinned_[Mix(seed + i) % n]);
+  }
+  return nodes_[best].sample;
 }
 
 Result<CacheIndex::Entry> CacheIndex::Erase(uint32_t sample, bool count_eviction) {

@@ -18,7 +18,7 @@ namespace carpool::cache {
 
 enum class EvictionPolicy {
   kRefCnt,   // lowest reference count first, ties by oldest insertion (the Joader paper)
-  kNextUse,  // among the lowest reference counts, the furthest next use (NextUseOracle)
+  kNextUse,  // count 0 first; otherwise the furthest next use (NextUseOracle) of a sampled set
   kLru,      // least recently inserted, looked up or unpinned first (the baseline)
 };
 
@@ -27,8 +27,9 @@ Result<EvictionPolicy> ParseEvictionPolicy(std::string_view name);
 std::string_view EvictionPolicyName(EvictionPolicy policy);
 
 // Tells the next-use policy when a sample will next be needed, in any unit in which larger means
-// later (the scheduler uses seconds from now, judged by the jobs' rates). A sample that no decided
-// queue holds (only in R sets, or nowhere) returns +infinity. Called only while choosing a victim.
+// later (the scheduler uses seconds from now, judged by the jobs' rates; for a sample that only R
+// sets hold, the expected time of its draw). +infinity means never. Called only while choosing a
+// victim.
 class NextUseOracle {
  public:
   virtual ~NextUseOracle() = default;
@@ -48,6 +49,8 @@ struct IndexStats {
 
 class CacheIndex {
  public:
+  static constexpr size_t kDefaultNextUseCandidates = 64;
+  static constexpr size_t kUnboundedScan = static_cast<size_t>(-1);
   // What the index knows about a cached sample. `slot` is opaque to the index (SampleCache stores
   // the segment offset; the simulator may store anything).
   struct Entry {
@@ -62,8 +65,8 @@ class CacheIndex {
   struct Options {
     EvictionPolicy policy = EvictionPolicy::kRefCnt;
     uint64_t capacity_bytes = 0;  // 0: nothing can be inserted; every Lookup misses
-    // next-use only: how many entries of the lowest-refcount bucket (oldest first) are asked for
-    // their next use per victim choice; the scan also stops at the first +infinity. 0 = unbounded.
+    // next-use only: how many candidates are asked for their next use per victim choice (K).
+    // 0 = kDefaultNextUseCandidates; kUnboundedScan = every unpinned entry (O(n), for experiments).
     size_t next_use_scan_limit = 0;
   };
 
@@ -114,6 +117,7 @@ class CacheIndex {
     uint64_t seq = 0;      // insertion order (refcnt/next-use ties)
     int32_t prev = kNone;  // lru list links; unused for the other policies
     int32_t next = kNone;
+    int32_t pos = kNone;  // next-use: index in unpinned_ while tracked
   };
   // Eviction order for refcnt and next-use: (refcount, insertion seq). Only unpinned entries.
   struct Key {
@@ -130,6 +134,9 @@ class CacheIndex {
   void Untrack(int32_t node);
   Result<Entry> Erase(uint32_t sample, bool count_eviction);
   Key KeyOf(int32_t node) const;
+  size_t NextUseCandidates() const;
+  // next-use: the victim; REQUIRES: some entry is unpinned.
+  uint32_t PickFurthest() const;
 
   Options options_;
   const NextUseOracle* oracle_;
@@ -138,6 +145,7 @@ class CacheIndex {
   std::vector<Node> nodes_;
   std::vector<int32_t> free_nodes_;
   std::set<Key> order_;           // refcnt, next-use
+  std::vector<int32_t> unpinned_;  // next-use: the tracked nodes, in any order (sampling)
   int32_t lru_head_ = kNone;      // least recent
   int32_t lru_tail_ = kNone;      // most recent
   uint64_t next_seq_ = 0;

@@ -93,7 +93,7 @@ TEST(CacheIndexTest, RefCountsAreKeptForUncachedSamples) {
   EXPECT_EQ(index.RefCount(1000000), 3u);  // eviction does not forget the count
 }
 
-TEST(CacheIndexTest, NextUseEvictsFurthestAmongLowestCount) {
+TEST(CacheIndexTest, NextUseEvictsFurthestAcrossCounts) {
   MapOracle oracle;
   CacheIndex index(Opts(EvictionPolicy::kNextUse, 10), &oracle);
   Fill(index, {1, 2, 3, 4, 5});
@@ -103,12 +103,71 @@ TEST(CacheIndexTest, NextUseEvictsFurthestAmongLowestCount) {
   index.SetRefCount(4, 2);
   index.SetRefCount(5, 1);
   oracle.next = {{1, 5.0}, {2, 9.0}, {3, 1.0}, {4, 100.0}, {5, 9.0}};
-  // Among count 1: furthest is 9.0 (samples 2 and 5; the older, 2, wins the tie).
-  EXPECT_EQ(index.PickVictim(), 2u);
-  oracle.next.erase(3);  // 3 is now only in R sets: never used by a decided queue
+  // The count does not shelter sample 4: it is needed last.
+  EXPECT_EQ(index.PickVictim(), 4u);
+  oracle.next.erase(3);  // 3 is needed by no job any more (+infinity)
   EXPECT_EQ(index.PickVictim(), 3u);
-  // Sample 4 has count 2, so it goes after all count-1 samples, though its use is furthest.
-  EXPECT_EQ(DrainOrder(index), (std::vector<uint32_t>{3, 2, 5, 1, 4}));
+  // 2 and 5 tie at 9.0 with equal counts: the older (2) goes first.
+  EXPECT_EQ(DrainOrder(index), (std::vector<uint32_t>{3, 4, 2, 5, 1}));
+}
+
+TEST(CacheIndexTest, NextUseKeepsAFastJobsSoonSampleOverASlowJobsFarOnes) {
+  // Issue 4's "4 mixed": the fast job's own sample (count 1) is needed in 2 clock units; the
+  // samples of two slow jobs (count 2) in 500. The old "lowest count first" evicted sample 1.
+  MapOracle oracle;
+  CacheIndex index(Opts(EvictionPolicy::kNextUse, 3), &oracle);
+  Fill(index, {1, 2, 3});
+  index.SetRefCount(1, 1);
+  index.SetRefCount(2, 2);
+  index.SetRefCount(3, 2);
+  oracle.next = {{1, 2.0}, {2, 500.0}, {3, 400.0}};
+  std::vector<CacheIndex::Evicted> evicted;
+  ASSERT_TRUE(index.MakeRoom(1, &evicted).ok());
+  ASSERT_EQ(evicted.size(), 1u);
+  EXPECT_EQ(evicted[0].sample, 2u);
+  EXPECT_EQ(DrainOrder(index), (std::vector<uint32_t>{3, 1}));
+}
+
+TEST(CacheIndexTest, NextUseEvictsCountZeroThatNoJobNeedsFirst) {
+  MapOracle oracle;
+  CacheIndex index(Opts(EvictionPolicy::kNextUse, 10), &oracle);
+  Fill(index, {1, 2, 3, 4});
+  index.SetRefCount(1, 1);
+  index.SetRefCount(2, 0);  // needed in a later epoch only: a finite next use
+  index.SetRefCount(3, 3);
+  index.SetRefCount(4, 0);  // needed by no job
+  oracle.next = {{1, 1e9}, {2, 50.0}, {3, 1e12}, {4, 7.0}};
+  // Count 0 and +infinity beats even a larger finite next use; the oracle says 4 is needed at
+  // 7.0, so first make it "never".
+  EXPECT_EQ(index.PickVictim(), 3u);
+  oracle.next.erase(4);
+  EXPECT_EQ(index.PickVictim(), 4u);
+  ASSERT_TRUE(index.Evict(4).ok());
+  // A count-0 sample with a next use (a later epoch) competes by next use like any other.
+  EXPECT_EQ(DrainOrder(index), (std::vector<uint32_t>{3, 1, 2}));
+
+  // With K = 2 candidates out of 101, sampling alone would find the one unneeded sample about
+  // 2% of the time; it is found every time.
+  CacheIndex big(Opts(EvictionPolicy::kNextUse, 200, /*scan_limit=*/2), &oracle);
+  oracle.next.clear();
+  for (uint32_t s = 0; s < 101; ++s) {
+    ASSERT_TRUE(big.Insert(s, 0, 1).ok());
+    if (s == 60) continue;  // count 0, no next use
+    big.SetRefCount(s, 1);
+    oracle.next[s] = 1e6 + s;
+  }
+  EXPECT_EQ(big.PickVictim(), 60u);
+}
+
+TEST(CacheIndexTest, NextUseTiesGoToLowerCountThenOldest) {
+  MapOracle oracle;
+  CacheIndex index(Opts(EvictionPolicy::kNextUse, 10), &oracle);
+  Fill(index, {1, 2, 3});
+  index.SetRefCount(1, 2);
+  index.SetRefCount(2, 1);
+  index.SetRefCount(3, 1);
+  oracle.next = {{1, 10.0}, {2, 10.0}, {3, 10.0}};
+  EXPECT_EQ(DrainOrder(index), (std::vector<uint32_t>{2, 3, 1}));
 }
 
 TEST(CacheIndexTest, NextUseScanStopsAtNeverAndAtLimit) {
@@ -116,19 +175,68 @@ TEST(CacheIndexTest, NextUseScanStopsAtNeverAndAtLimit) {
   {
     CacheIndex index(Opts(EvictionPolicy::kNextUse, 100), &oracle);
     Fill(index, {1, 2, 3, 4, 5, 6});
-    oracle.next = {{1, 1.0}, {2, 2.0}};  // 3 is the first with no next use
+    oracle.next = {{1, 1.0}, {2, 2.0}};  // count 0 everywhere; 3 is the first with no next use
     oracle.calls = 0;
     EXPECT_EQ(index.PickVictim(), 3u);
     EXPECT_EQ(oracle.calls, 3);
   }
   {
+    // K = 2 of 6 entries with counts >= 1: two oracle calls per choice, and the victim is the
+    // furthest of the two candidates.
     CacheIndex index(Opts(EvictionPolicy::kNextUse, 100, /*scan_limit=*/2), &oracle);
     Fill(index, {1, 2, 3, 4, 5, 6});
-    oracle.next = {{1, 1.0}, {2, 2.0}, {3, 3.0}, {4, 4.0}, {5, 5.0}, {6, 6.0}};
+    for (uint32_t s = 1; s <= 6; ++s) {
+      index.SetRefCount(s, 1);
+      oracle.next[s] = s;
+    }
     oracle.calls = 0;
-    EXPECT_EQ(index.PickVictim(), 2u);  // only the two oldest were asked
+    std::optional<uint32_t> victim = index.PickVictim();
     EXPECT_EQ(oracle.calls, 2);
+    ASSERT_TRUE(victim.has_value());
+    EXPECT_EQ(index.PickVictim(), victim) << "the same state picks the same victim";
   }
+  {
+    // Count-0 entries with finite next uses: K oldest of them, then K sampled: at most 2K calls.
+    CacheIndex index(Opts(EvictionPolicy::kNextUse, 100, /*scan_limit=*/2), &oracle);
+    Fill(index, {1, 2, 3, 4, 5, 6});
+    oracle.calls = 0;
+    ASSERT_TRUE(index.PickVictim().has_value());
+    EXPECT_EQ(oracle.calls, 4);
+  }
+}
+
+TEST(CacheIndexTest, NextUseSampledChoiceIsNearTheFurthest) {
+  // 1000 entries with next use = id, K = 64 candidates per choice. A choice misses the top 10%
+  // only if all 64 candidates do: 0.9^64 = 0.0012 (with replacement), so over 200 choices the
+  // expected count is 0.24 and P(more than 3) < 1e-4.
+  MapOracle oracle;
+  CacheIndex index(Opts(EvictionPolicy::kNextUse, 1000), &oracle);
+  for (uint32_t s = 0; s < 1000; ++s) {
+    ASSERT_TRUE(index.Insert(s, 0, 1).ok());
+    index.SetRefCount(s, 1);
+    oracle.next[s] = s;
+  }
+  int below_top_decile = 0;
+  std::set<uint32_t> victims;
+  for (int round = 0; round < 200; ++round) {
+    oracle.calls = 0;
+    std::vector<CacheIndex::Evicted> evicted;
+    ASSERT_TRUE(index.MakeRoom(1, &evicted).ok());
+    ASSERT_EQ(evicted.size(), 1u);
+    EXPECT_LE(oracle.calls, 64);
+    const uint32_t v = evicted[0].sample;
+    victims.insert(v);
+    // Rank among the cached entries: how many have a later next use.
+    int later = 0;
+    for (auto [s, use] : oracle.next) later += use > oracle.next[v] && index.Find(s) != nullptr;
+    below_top_decile += later >= 100;
+    // Put it back, needed soonest now, so the furthest entries keep being the targets.
+    oracle.next[v] = -1.0 - round;
+    ASSERT_TRUE(index.Insert(v, 0, 1).ok());
+    index.SetRefCount(v, 1);
+  }
+  EXPECT_LE(below_top_decile, 3);
+  EXPECT_GT(victims.size(), 150u) << "the candidates change from one choice to the next";
 }
 
 TEST(CacheIndexTest, LruEvictsLeastRecentlyUsed) {
@@ -196,51 +304,93 @@ TEST(CacheIndexTest, CapacityInBytesAndZeroCapacity) {
   EXPECT_EQ(none.stats().misses, 1u);
 }
 
-// Differential test: refcnt against a from-scratch reference (min over (count, insertion order))
-// under random inserts, count changes, pins and evictions.
-TEST(CacheIndexTest, RefCntMatchesReferenceUnderRandomOperations) {
-  std::mt19937 rng(42);
-  CacheIndex index(Opts(EvictionPolicy::kRefCnt, 64));
+// What a differential test knows about the index, kept from scratch.
+struct Model {
   std::map<uint32_t, uint64_t> inserted_at;  // cached sample -> insertion number
   std::map<uint32_t, int> pins;
-  std::vector<uint32_t> counts(200, 0);
+  std::vector<uint32_t> counts;
+  MapOracle* oracle = nullptr;  // next-use only
+  double Use(uint32_t s) const {
+    auto it = oracle->next.find(s);
+    return it == oracle->next.end() ? kNever : it->second;
+  }
+};
+
+// Random inserts (through MakeRoom), count changes, pins, unpins and, with an oracle, next-use
+// changes (on a coarse grid, so ties happen; sometimes "never"). After every step the index's
+// victim must be the unpinned entry that no other beats by `better(model, a, b)`.
+void CheckVictimsAgainstModel(CacheIndex& index, Model& model, uint32_t ids, uint32_t seed,
+                              bool (*better)(const Model&, uint32_t, uint32_t)) {
+  std::mt19937 rng(seed);
+  model.counts.assign(ids, 0);
   uint64_t clock = 0;
   for (int step = 0; step < 20000; ++step) {
-    uint32_t s = rng() % 200;
-    switch (rng() % 5) {
+    uint32_t s = rng() % ids;
+    switch (rng() % (model.oracle != nullptr ? 6 : 5)) {
       case 0:
       case 1: {
         std::vector<CacheIndex::Evicted> evicted;
-        if (inserted_at.count(s) || !index.MakeRoom(1, &evicted).ok()) break;
-        for (auto& e : evicted) inserted_at.erase(e.sample);
+        if (model.inserted_at.count(s) || !index.MakeRoom(1, &evicted).ok()) break;
+        for (auto& e : evicted) model.inserted_at.erase(e.sample);
         ASSERT_TRUE(index.Insert(s, 0, 1).ok());
-        inserted_at[s] = clock++;
+        model.inserted_at[s] = clock++;
         break;
       }
       case 2: {
         int delta = static_cast<int>(rng() % 5) - 2;
-        if (static_cast<int>(counts[s]) + delta < 0) delta = 0;
-        counts[s] += delta;
+        if (static_cast<int>(model.counts[s]) + delta < 0) delta = 0;
+        model.counts[s] += delta;
         index.AddRef(s, delta);
         break;
       }
       case 3:
-        if (inserted_at.count(s) && pins[s] < 2 && index.Pin(s).ok()) ++pins[s];
+        if (model.inserted_at.count(s) && model.pins[s] < 2 && index.Pin(s).ok()) ++model.pins[s];
         break;
       case 4:
-        if (pins[s] > 0 && index.Unpin(s).ok()) --pins[s];
+        if (model.pins[s] > 0 && index.Unpin(s).ok()) --model.pins[s];
+        break;
+      case 5:
+        if (rng() % 4 == 0) {
+          model.oracle->next.erase(s);
+        } else {
+          model.oracle->next[s] = static_cast<double>(rng() % 8);
+        }
         break;
     }
     std::optional<uint32_t> want;
-    for (auto [sample, at] : inserted_at) {
-      if (pins[sample] > 0) continue;
-      if (!want || counts[sample] < counts[*want] ||
-          (counts[sample] == counts[*want] && at < inserted_at[*want])) {
-        want = sample;
-      }
+    for (auto [sample, at] : model.inserted_at) {
+      if (model.pins[sample] > 0) continue;
+      if (!want || better(model, sample, *want)) want = sample;
     }
     ASSERT_EQ(index.PickVictim(), want) << "step " << step;
   }
+}
+
+// refcnt: min over (count, insertion order).
+TEST(CacheIndexTest, RefCntMatchesReferenceUnderRandomOperations) {
+  CacheIndex index(Opts(EvictionPolicy::kRefCnt, 64));
+  Model model;
+  CheckVictimsAgainstModel(index, model, 200, 42, [](const Model& m, uint32_t a, uint32_t b) {
+    if (m.counts[a] != m.counts[b]) return m.counts[a] < m.counts[b];
+    return m.inserted_at.at(a) < m.inserted_at.at(b);
+  });
+}
+
+// next-use with an unbounded scan: count 0 and never needed first (oldest), else the furthest
+// next use, ties by lower count, then older.
+TEST(CacheIndexTest, NextUseUnboundedMatchesReferenceUnderRandomOperations) {
+  MapOracle oracle;
+  CacheIndex index(Opts(EvictionPolicy::kNextUse, 48, CacheIndex::kUnboundedScan), &oracle);
+  Model model;
+  model.oracle = &oracle;
+  CheckVictimsAgainstModel(index, model, 150, 7, [](const Model& m, uint32_t a, uint32_t b) {
+    const bool a_dead = m.counts[a] == 0 && std::isinf(m.Use(a));
+    const bool b_dead = m.counts[b] == 0 && std::isinf(m.Use(b));
+    if (a_dead != b_dead) return a_dead;
+    if (!a_dead && m.Use(a) != m.Use(b)) return m.Use(a) > m.Use(b);
+    if (!a_dead && m.counts[a] != m.counts[b]) return m.counts[a] < m.counts[b];
+    return m.inserted_at.at(a) < m.inserted_at.at(b);
+  });
 }
 
 }  // namespace

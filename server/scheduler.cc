@@ -21,6 +21,8 @@ struct Scheduler::Job {
   uint32_t epochs = 0;
   uint32_t epoch = 0;  // the epoch whose R is in the tree
   uint64_t prefetch = 0;
+  Roaring dataset;  // D: the next epoch's R, for the next use of samples it has consumed
+  uint64_t dataset_size = 0;
   std::deque<Decision> queue;
   uint64_t head_seq = 0;  // absolute sequence number of queue.front()
   uint64_t delivered = 0;
@@ -82,6 +84,8 @@ Status Scheduler::AddJob(JobId job, const Roaring& dataset, uint32_t epochs,
   state->id = job;
   state->epochs = epochs;
   state->prefetch = std::min(prefetch_samples, options_.lookahead);
+  state->dataset = dataset;
+  state->dataset_size = dataset.cardinality();
   jobs_.emplace(job, std::move(state));
   ReportAll(dataset, +1);
   now_ = std::max(now_, now);
@@ -241,11 +245,29 @@ void Scheduler::DropUse(SampleId sample, const Job* job, uint64_t seq) {
 }
 
 double Scheduler::NextUse(uint32_t sample) const {
-  auto it = uses_.find(sample);
-  if (it == uses_.end()) return std::numeric_limits<double>::infinity();
   double best = std::numeric_limits<double>::infinity();
-  for (const Use& u : it->second) {
-    best = std::min(best, static_cast<double>(u.seq - u.job->head_seq) / u.job->rate);
+  auto it = uses_.find(sample);
+  if (it != uses_.end()) {
+    for (const Use& u : it->second) {
+      best = std::min(best, static_cast<double>(u.seq - u.job->head_seq) / u.job->rate);
+    }
+  }
+  // Not yet decided for a job: drawn at a uniformly random position of the rest of the job's
+  // epoch, so expected after its queue and half of R ((|R| + 1) / 2 draws); a sample the job has
+  // already drawn this epoch comes back in its next epoch, if it has one.
+  for (const auto& [id, job] : jobs_) {
+    const double queued = static_cast<double>(job->queue.size());
+    const Roaring* r = tree_.RemainingSet(id);
+    const double remaining = static_cast<double>(tree_.Remaining(id));
+    double position;
+    if (r->contains(sample)) {
+      position = queued + (remaining + 1) / 2;
+    } else if (job->epoch + 1 < job->epochs && job->dataset.contains(sample)) {
+      position = queued + remaining + (static_cast<double>(job->dataset_size) + 1) / 2;
+    } else {
+      continue;
+    }
+    best = std::min(best, position / job->rate);
   }
   return best;
 }

@@ -12,7 +12,9 @@
 // - Reference counts: (jobs whose R holds the sample) + (decided-queue entries holding it). Every
 //   change goes to a RefCountSink: AddJob +1 per id, a decision 0 (R -> queue), a delivery -1, an
 //   epoch reset +1 per id, RemoveJob -1 per id left in R and per queue entry.
-// - Next use (cache::NextUseOracle): min over jobs of (position in its queue) / (its rate).
+// - Next use (cache::NextUseOracle): min over jobs of (position in its queue) / (its rate), and
+//   for a job that has not decided the sample yet, its expected position (uniform over R, or
+//   over the next epoch) / its rate.
 //
 // Thread-compatible: callers serialize access. When the scheduler is SampleCache's oracle and its
 // sink calls into that cache, always take the scheduler's lock before the cache's (the cache calls
@@ -125,7 +127,10 @@ class Scheduler : public cache::NextUseOracle {
                      std::vector<SampleId>* out, size_t horizon = SIZE_MAX) const;
 
   // cache::NextUseOracle: clock units from now until the first job delivers `sample`, judged by
-  // the rates; +infinity when no queue holds it.
+  // the rates: min over jobs of (queue position) / rate for a queued sample, else the expected
+  // position (|queue| + (|R| + 1) / 2) / rate for a sample in the job's R, else for a sample of
+  // its dataset in a later epoch (|queue| + |R| + (|D| + 1) / 2) / rate. +infinity when no job
+  // will need it. Cost: O(queue entries of the sample + jobs) bitmap lookups.
   double NextUse(uint32_t sample) const override;
 
   bool Contains(JobId job) const { return jobs_.count(job) != 0; }

@@ -294,35 +294,94 @@ void RunTwoJobsAtRates2And05(Scheduler& s, const Roaring& a, const Roaring& b, u
   s.Tick(until);
 }
 
+// From-scratch next use: min over jobs of (queue position) / rate, else for a sample of R the
+// expected draw position (|queue| + (|R| + 1) / 2) / rate, else for a sample of the dataset with
+// epochs left (|queue| + |R| + (|D| + 1) / 2) / rate; +infinity otherwise.
+double ReferenceNextUse(const Scheduler& s, const std::map<JobId, Roaring>& datasets, SampleId x) {
+  double best = std::numeric_limits<double>::infinity();
+  for (JobId j : s.Jobs()) {
+    const Scheduler::JobStats st = *s.Stats(j);
+    const auto& q = *s.Queue(j);
+    double pos = -1;
+    for (size_t i = 0; i < q.size() && pos < 0; ++i) {
+      if (q[i].sample == x) pos = static_cast<double>(i);
+    }
+    const double qn = static_cast<double>(q.size()), r = static_cast<double>(st.remaining);
+    const Roaring& d = datasets.at(j);
+    if (pos < 0 && s.tree().RemainingSet(j)->contains(x)) pos = qn + (r + 1) / 2;
+    if (pos < 0 && st.epoch + 1 < st.epochs && d.contains(x)) {
+      pos = qn + r + (static_cast<double>(d.cardinality()) + 1) / 2;
+    }
+    if (pos >= 0) best = std::min(best, pos / st.rate);
+  }
+  return best;
+}
+
 TEST(SchedulerTest, NextUseIsEarliestPositionOverRate) {
   Scheduler s(Opts(16), nullptr);
   RunTwoJobsAtRates2And05(s, Range(0, 40), Range(20, 60), 8, 4);
   const double r1 = s.Stats(1)->rate, r2 = s.Stats(2)->rate;
   ASSERT_NEAR(r1, 2.0, 1e-9);
   ASSERT_NEAR(r2, 0.5, 1e-9);
-  std::map<SampleId, double> want;
-  for (auto [job, rate] : {std::pair{JobId{1}, r1}, std::pair{JobId{2}, r2}}) {
-    const auto& q = *s.Queue(job);
-    for (size_t i = 0; i < q.size(); ++i) {
-      double d = static_cast<double>(i) / rate;
-      auto [it, fresh] = want.emplace(q[i].sample, d);
-      if (!fresh) it->second = std::min(it->second, d);
-    }
+  const std::map<JobId, Roaring> datasets = {{1, Range(0, 40)}, {2, Range(20, 60)}};
+  for (SampleId x = 0; x < 70; ++x) {
+    EXPECT_DOUBLE_EQ(s.NextUse(x), ReferenceNextUse(s, datasets, x)) << "sample " << x;
   }
-  ASSERT_FALSE(want.empty());
-  for (SampleId x = 0; x < 20; ++x) {
-    auto it = want.find(x);
-    double expected = it == want.end() ? std::numeric_limits<double>::infinity() : it->second;
-    EXPECT_DOUBLE_EQ(s.NextUse(x), expected) << "sample " << x;
-  }
+  EXPECT_EQ(s.NextUse(65), std::numeric_limits<double>::infinity()) << "in no dataset";
   // Hand-checked: the second entry of job 2's queue is 1 / 0.5 = 2 clock units away unless job 1
-  // needs it within 4 positions.
+  // needs it sooner (queued within 4 positions, or expected within 4 draws).
   const SampleId second = (*s.Queue(2))[1].sample;
   const auto& q1 = *s.Queue(1);
   auto pos =
       std::find_if(q1.begin(), q1.end(), [&](const Decision& d) { return d.sample == second; });
   double expected = pos == q1.end() ? 2.0 : std::min(2.0, (pos - q1.begin()) / 2.0);
+  if (pos == q1.end() && s.tree().RemainingSet(1)->contains(second)) {
+    expected = std::min(expected, (q1.size() + (s.Stats(1)->remaining + 1) / 2.0) / 2.0);
+  }
   EXPECT_DOUBLE_EQ(s.NextUse(second), expected);
+}
+
+TEST(SchedulerTest, NextUseOfAnUndecidedSampleIsItsExpectedDrawPosition) {
+  // One job, 10 samples, 2 epochs, prefetch 2, consuming 1 per clock unit (rate 1).
+  Scheduler s(Opts(2), nullptr);
+  ASSERT_TRUE(s.AddJob(1, Range(0, 10), 2, 2, 0).ok());
+  for (int t = 0; t <= 4; ++t) {
+    s.Tick(t);
+    ASSERT_TRUE(s.Consume(1, 1, t).ok());
+  }
+  s.Tick(4);
+  ASSERT_NEAR(s.Stats(1)->rate, 1.0, 1e-9);
+  const auto& q = *s.Queue(1);
+  ASSERT_EQ(q.size(), 2u);
+  ASSERT_EQ(s.Stats(1)->remaining, 3u);  // 5 delivered, 2 queued, 3 undecided
+  const Roaring& r = *s.tree().RemainingSet(1);
+  // Queued: its position.
+  EXPECT_DOUBLE_EQ(s.NextUse(q[1].sample), 1.0);
+  // In R: after the 2 queued, at a uniform position among 3 draws: 2 + (3 + 1) / 2 = 4.
+  for (uint32_t x : r) EXPECT_DOUBLE_EQ(s.NextUse(x), 4.0) << x;
+  // Delivered this epoch: in the next one, after queue and R: 2 + 3 + (10 + 1) / 2 = 10.5.
+  int delivered = 0;
+  for (SampleId x = 0; x < 10; ++x) {
+    if (r.contains(x) || x == q[0].sample || x == q[1].sample) continue;
+    EXPECT_DOUBLE_EQ(s.NextUse(x), 10.5) << x;
+    ++delivered;
+  }
+  EXPECT_EQ(delivered, 5);
+  EXPECT_EQ(s.NextUse(10), std::numeric_limits<double>::infinity());
+}
+
+TEST(SchedulerTest, NextUseOfADeliveredSampleInTheLastEpochIsNever) {
+  Scheduler s(Opts(4), nullptr);
+  ASSERT_TRUE(s.AddJob(1, Range(0, 8), 1, 2, 0).ok());
+  s.Tick(0);
+  const SampleId first = (*s.Queue(1))[0].sample;
+  ASSERT_TRUE(s.Consume(1, 1, 0).ok());
+  s.Tick(0);
+  EXPECT_EQ(s.NextUse(first), std::numeric_limits<double>::infinity());
+  // A second job over the same ids still has it in R: expected at its |queue| + (8 + 1) / 2.
+  ASSERT_TRUE(s.AddJob(2, Range(0, 8), 1, 2, 0).ok());
+  const double rate2 = s.Stats(2)->rate;
+  EXPECT_DOUBLE_EQ(s.NextUse(first), (0 + 4.5) / rate2);
 }
 
 TEST(SchedulerTest, PreparationOrderIsEarliestDeadlineFirst) {
