@@ -246,17 +246,26 @@ void Engine::FeedPreparation() {
   if (options_.cache_bytes == 0) return;  // every delivery is prepared by its assembler
   const size_t cap = 2 * workers_->size();
   if (prep_outstanding_ >= cap) return;
+  // Look no further ahead than the cache holds: what is prepared beyond that would be evicted
+  // before its use (estimated from the bytes of the samples prepared so far).
+  size_t horizon = SIZE_MAX;
+  if (preparations_ > 0) {
+    const uint64_t mean_bytes = prepared_bytes_ / preparations_ + 64;
+    horizon = std::max<uint64_t>(1, options_.cache_bytes / mean_bytes);
+  }
   std::vector<SampleId> next;
   scheduler_->NextToPrepare(
-      cap - prep_outstanding_, [this](SampleId s) { return Ready(s); }, &next);
-  for (SampleId s : next) {
-    std::shared_ptr<const SampleSource> source = samples_.Find(s);
-    if (source == nullptr) continue;  // cannot happen: every job's samples are in the table
-    in_flight_.insert(s);
-    ++prep_outstanding_;
-    workers_->Post(WorkerPool::Priority::kNormal,
-                   [this, s, source = std::move(source)] { Prepare(s, source); });
-  }
+      cap - prep_outstanding_, [this](SampleId s) { return Ready(s); }, &next, horizon);
+  for (SampleId s : next) StartPreparation(s);
+}
+
+void Engine::StartPreparation(uint32_t sample) {
+  std::shared_ptr<const SampleSource> source = samples_.Find(sample);
+  if (source == nullptr) return;  // cannot happen: every job's samples are in the table
+  in_flight_.insert(sample);
+  ++prep_outstanding_;
+  workers_->Post(WorkerPool::Priority::kNormal,
+                 [this, sample, source = std::move(source)] { Prepare(sample, source); });
 }
 
 void Engine::TryBuildBatch(Job& job) {
@@ -294,19 +303,25 @@ void Engine::TryBuildBatch(Job& job) {
     if (use_cache) {
       if (in_flight_.count(d.sample) != 0) {
         ready = false;
-        break;
+        continue;
       }
       if (cached_.count(d.sample) != 0) {
+        if (!ready) continue;  // the batch waits anyway: pin nothing more
         if (cache_->Pin(d.sample).ok()) {
           item.pinned = true;
           item.shape = shapes_[d.sample];
           ++pins_;
         } else {
-          cached_.erase(d.sample);  // evicted since: its assembler prepares it
+          // Evicted since it was prepared: its assembler prepares it again, transiently, rather
+          // than the workers (with a cache smaller than a batch they could evict it again).
+          cached_.erase(d.sample);
+          transient_.insert(d.sample);
         }
       } else if (transient_.count(d.sample) == 0) {
-        ready = false;  // not prepared yet; FeedPreparation asks for it
-        break;
+        // Not prepared yet. The batch at the front needs it now, whatever the EDF horizon.
+        StartPreparation(d.sample);
+        ready = false;
+        continue;
       }
     }
     task.items.push_back(std::move(item));

@@ -105,6 +105,7 @@ class Engine : public JobService {
   // One coordinator pass: rounds, preparation requests, batches, ends of data. REQUIRES: mu_.
   void Step();
   void FeedPreparation();
+  void StartPreparation(uint32_t sample);  // REQUIRES: mu_, the sample not Ready()
   void TryBuildBatch(Job& job);
   void FinishIfDone(Job& job);
   bool Ready(uint32_t sample) const;  // REQUIRES: mu_
@@ -145,6 +146,7 @@ class Engine : public JobService {
   size_t prep_outstanding_ = 0;
   // Counters (GUARDED_BY(mu_)).
   uint64_t preparations_ = 0;
+  uint64_t prepared_bytes_ = 0;  // payload bytes of those preparations
   uint64_t transient_preparations_ = 0;
   uint64_t deliveries_ = 0;
   uint64_t batches_ = 0;

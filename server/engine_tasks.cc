@@ -57,6 +57,7 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
       return;
     }
     ++preparations_;
+    prepared_bytes_ += written->bytes();
     shapes_[sample] = *written;
     cached_.insert(sample);
   });
