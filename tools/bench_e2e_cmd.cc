@@ -7,6 +7,7 @@
 
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -144,6 +145,7 @@ struct E2eArgs {
   std::string script;
   bool keep_logs = false;
   uint32_t repeat = 1;
+  std::string json_out;
 };
 
 Result<std::string> FindScript(const std::string& flag, const std::string& exe) {
@@ -241,6 +243,7 @@ int E2e(int argc, char** argv) {
       "torchvision-script", po::value(&a.script), "path of bench_torchvision.py")(
       "repeat", po::value(&a.repeat),
       "runs per scenario and side; the best is reported (default 1)")(
+      "json-out", po::value(&a.json_out), "also write the JSON to this file")(
       "keep-logs", po::bool_switch(&a.keep_logs), "keep the per-process logs");
   po::variables_map vm;
   if (std::optional<int> rc = Parse("e2e", argc, argv, opts, &vm)) return *rc;
@@ -348,8 +351,15 @@ int E2e(int argc, char** argv) {
   info.load_after = LoadAverages();
   info.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  const std::string json = E2eJson(info, results, torch);
+  if (!a.json_out.empty()) {
+    std::ofstream out(a.json_out);
+    out << json << "\n";
+    if (!out)
+      return fail(Status::IOError(fmt::format("cannot write --json-out \"{}\"", a.json_out)));
+  }
   if (vm.count("json")) {
-    fmt::print("{}\n", E2eJson(info, results, torch));
+    fmt::print("{}\n", json);
   } else {
     PrintE2eTables(info, results, torch);
   }

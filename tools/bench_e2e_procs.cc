@@ -3,7 +3,7 @@
 #include <fcntl.h>
 #include <fmt/core.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,8 +16,6 @@
 #include <sstream>
 #include <thread>
 
-extern char** environ;
-
 namespace carpool::tools {
 namespace {
 
@@ -29,6 +27,7 @@ double CpuSeconds(const rusage& ru) {
 }
 
 std::string DescribeExit(int status) {
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) return "exit code 127: could not exec";
   if (WIFEXITED(status)) return fmt::format("exit code {}", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return fmt::format("signal {}", strsignal(WTERMSIG(status)));
   return fmt::format("wait status {}", status);
@@ -54,22 +53,28 @@ Result<std::string> SelfExe() {
 Result<pid_t> SpawnProcess(const std::vector<std::string>& argv, const std::filesystem::path& out,
                            const std::filesystem::path& err) {
   if (argv.empty()) return Status::InvalidArgument("SpawnProcess: empty argv");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
     return Status::IOError(
-        fmt::format("cannot start \"{}\": {}; check the path", argv[0], std::strerror(rc)));
+        fmt::format("cannot fork for \"{}\": {}", argv[0], std::strerror(errno)));
+  }
+  if (pid == 0) {
+    // Only async-signal-safe calls until exec. SIGTERM when the benchmark dies, so that an
+    // interrupted run leaves no jobs behind and the server still removes its segments.
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(126);
+    const int in = open("/dev/null", O_RDONLY);
+    const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (in < 0 || o < 0 || e < 0 || dup2(in, STDIN_FILENO) < 0 || dup2(o, STDOUT_FILENO) < 0 ||
+        dup2(e, STDERR_FILENO) < 0) {
+      _exit(126);
+    }
+    execv(args[0], args.data());
+    _exit(127);
   }
   return pid;
 }

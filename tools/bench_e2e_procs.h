@@ -36,7 +36,9 @@ struct FinishedProcess {
 // The path of the running executable (/proc/self/exe).
 Result<std::string> SelfExe();
 
-// Starts argv[0] (a path) with stdout and stderr redirected to the given files.
+// Starts argv[0] (a path) with stdout and stderr redirected to the given files. The child gets
+// SIGTERM if this process dies (PR_SET_PDEATHSIG). REQUIRES: called from the main thread, since
+// the parent-death signal follows the thread that forked.
 Result<pid_t> SpawnProcess(const std::vector<std::string>& argv, const std::filesystem::path& out,
                            const std::filesystem::path& err);
 
