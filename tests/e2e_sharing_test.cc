@@ -127,6 +127,9 @@ TEST(E2eSharingTest, ServerDeathGivesClientsAClearErrorNotAHang) {
   pid_t job = env.Consume({"--dataset", "all", "--epochs", "50", "--step-ms", "5"}, "job");
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   env.StopServer(SIGKILL);
+  // The crashed server leaves its cache segment and the job's batch segment behind.
+  const std::vector<std::string> left = env.Segments();
+  EXPECT_GE(left.size(), 2u) << "expected the cache and a batch segment to be left";
   CliResult r;
   ASSERT_TRUE(env.WaitFor(job, "job", std::chrono::seconds(15), &r)) << "client hangs";
   EXPECT_NE(r.code, 0);
@@ -138,13 +141,16 @@ TEST(E2eSharingTest, ServerDeathGivesClientsAClearErrorNotAHang) {
   EXPECT_NE(status.code, 0);
   EXPECT_NE(status.err.find("unavailable"), std::string::npos) << status.err;
 
-  // A restarted server serves again (the catalog is kept).
+  // A restarted server replaces the cache segment and removes the stale batch segments, then
+  // serves again (the catalog is kept).
   env.StartServer();
+  EXPECT_EQ(env.Segments().size(), 1u) << "only the fresh cache segment should exist";
   pid_t again = env.Consume({"--dataset", "a", "--json"}, "again");
   CliResult ok = env.Wait(again, "again");
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_EQ(JsonNumber(ok.out, "samples"), 2000) << ok.out;
   env.StopServer(SIGTERM);
+  EXPECT_TRUE(env.Segments().empty()) << "a clean stop unlinks every segment";
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "carpool/client.h"
+#include "server/instance_name.h"
 
 namespace carpool::e2e {
 namespace {
@@ -80,14 +81,19 @@ E2eEnv::~E2eEnv() {
     ::waitpid(pid, nullptr, 0);
   }
   // A server killed with SIGKILL leaves its segments; a clean one removed them already.
+  for (const std::string& name : Segments()) fs::remove(fs::path("/dev/shm") / name);
+}
+
+std::vector<std::string> E2eEnv::Segments() const {
+  const std::string prefix = "carpool-" + InstanceNameForSocket(socket().string());
+  std::vector<std::string> out;
   std::error_code ec;
-  for (pid_t pid : server_pids_) {
-    const std::string prefix = "carpool-p" + std::to_string(pid);
-    for (const auto& e : fs::directory_iterator("/dev/shm", ec)) {
-      const std::string name = e.path().filename().string();
-      if (name == prefix || name.rfind(prefix + "-", 0) == 0) fs::remove(e.path(), ec);
-    }
+  for (const auto& e : fs::directory_iterator("/dev/shm", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == prefix || name.rfind(prefix + "-", 0) == 0) out.push_back(name);
   }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 pid_t E2eEnv::Spawn(const std::vector<std::string>& args, const std::string& name) {
@@ -157,7 +163,6 @@ pid_t E2eEnv::Consume(std::vector<std::string> args, const std::string& name) {
 void E2eEnv::StartServer(std::vector<std::string> args) {
   args.insert(args.begin(), {"server", "--state-dir", state().string()});
   server_ = Spawn(args, "server");
-  server_pids_.push_back(server_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
     if (Client::Connect(socket().string()).ok()) return;

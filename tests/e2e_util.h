@@ -70,11 +70,12 @@ class E2eEnv {
   std::string ServerLog() const;
   // `carpool status --json`; empty on failure.
   std::string Status();
+  // This server instance's shared-memory segments now in /dev/shm, sorted.
+  std::vector<std::string> Segments() const;
 
  private:
   TempDirForTest tmp_;
   pid_t server_ = -1;
-  std::vector<pid_t> server_pids_;  // every server started, for segment cleanup
   std::vector<pid_t> children_;
 };
 

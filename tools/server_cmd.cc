@@ -15,8 +15,10 @@
 #include "carpool/log.h"
 #include "datasets/catalog.h"
 #include "datasets/state_dir.h"
+#include "server/batch_pool.h"
 #include "server/control_plane.h"
 #include "server/engine.h"
+#include "server/instance_name.h"
 #include "tools/command.h"
 #include "tools/socket_path.h"
 
@@ -144,12 +146,12 @@ int Serve(int argc, char** argv) {
   eo.workers = workers;
   eo.lookahead = lookahead;
   eo.seed = seed;
-  eo.instance = fmt::format("p{}", getpid());
 
   Result<std::filesystem::path> dir = ResolveStateDir(state_dir);
   if (!dir.ok()) return Fail(dir.status());
   Result<std::string> socket_path = ResolveSocketPath(socket, dir->string());
   if (!socket_path.ok()) return Fail(socket_path.status());
+  eo.instance = InstanceNameForSocket(*socket_path);
   Result<std::unique_ptr<Catalog>> catalog = Catalog::Open(*dir);
   if (!catalog.ok()) return Fail(catalog.status());
 
@@ -169,6 +171,11 @@ int Serve(int argc, char** argv) {
   co.lease = *lease_ms;
   Result<std::unique_ptr<ControlPlane>> plane = ControlPlane::Start(co, engine->get());
   if (!plane.ok()) return Fail(plane.status());
+  // We own the socket now, so batch segments of this instance can only be a crashed server's.
+  if (int removed = BatchPool::RemoveStaleSegments(eo.instance); removed > 0) {
+    log::Warn("server {}: removed {} batch segment(s) left by a crashed server", eo.instance,
+              removed);
+  }
   log::Info(
       "server {} listening on {} (cache {} bytes{}, policy {}, {} workers, look-ahead {}, lease "
       "{} ms)",
