@@ -61,6 +61,7 @@ struct E2eSideResult {
   double wall_s() const;          // first spawn to last exit
   double rate() const;            // samples / wall_s
   double cpu_per_sample() const;  // CPU seconds per delivered sample
+  double cores_used() const { return wall_s() > 0 ? cpu_s / wall_s() : 0.0; }
   double preps_per_delivery() const;
 };
 

@@ -28,10 +28,10 @@ std::string JsonSide(const E2eSideResult& s) {
   }
   return fmt::format(
       "{{\"samples\":{},\"wall_s\":{:.3f},\"samples_per_s\":{:.1f},\"cpu_s\":{:.3f},"
-      "\"server_cpu_s\":{:.3f},\"cpu_s_per_sample\":{:.6f},\"preparations\":{},"
-      "\"deliveries\":{},\"preparations_per_delivery\":{:.4f},\"jobs\":[{}]}}",
+      "\"server_cpu_s\":{:.3f},\"cpu_s_per_sample\":{:.6f},\"cores_used\":{:.3f},"
+      "\"preparations\":{},\"deliveries\":{},\"preparations_per_delivery\":{:.4f},\"jobs\":[{}]}}",
       s.samples(), s.wall_s(), s.rate(), s.cpu_s, s.server_cpu_s, s.cpu_per_sample(),
-      s.preparations, s.deliveries, s.preps_per_delivery(), jobs);
+      s.cores_used(), s.preparations, s.deliveries, s.preps_per_delivery(), jobs);
 }
 
 std::string JsonOptional(const std::optional<double>& v) {
@@ -70,19 +70,24 @@ void PrintE2eTables(const E2eRunInfo& info, const std::vector<E2eScenarioResult>
       info.load_before, info.load_after, info.seconds);
 
   fmt::print(
-      "#### Aggregate (all jobs of a scenario; CPU of every process, the server included)\n\n");
+      "#### Aggregate (all jobs of a scenario; CPU of every process, the server included; cores "
+      "used = CPU seconds / wall seconds, below 2 on this machine when other load took the "
+      "rest)\n\n");
   fmt::print(
       "| scenario | jobs | carpool samples/s | baseline samples/s | ratio | carpool CPU ms/sample "
-      "| baseline CPU ms/sample | ratio | carpool preps/deliv | baseline preps/deliv |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "| baseline CPU ms/sample | ratio | carpool preps/deliv | baseline preps/deliv "
+      "| cores used carpool / baseline |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const E2eScenarioResult& r : results) {
     const E2eSideResult& c = r.carpool;
     const E2eSideResult& b = r.baseline;
-    fmt::print("| {} | {} | {:.0f} | {:.0f} | {} | {:.2f} | {:.2f} | {} | {:.3f} | {:.3f} |\n",
-               r.scenario.name, r.scenario.jobs.size(), c.rate(), b.rate(),
-               Ratio(c.rate(), b.rate()), c.cpu_per_sample() * 1e3, b.cpu_per_sample() * 1e3,
-               Ratio(c.cpu_per_sample(), b.cpu_per_sample()), c.preps_per_delivery(),
-               b.preps_per_delivery());
+    fmt::print(
+        "| {} | {} | {:.0f} | {:.0f} | {} | {:.2f} | {:.2f} | {} | {:.3f} | {:.3f} | {:.2f} / "
+        "{:.2f} |\n",
+        r.scenario.name, r.scenario.jobs.size(), c.rate(), b.rate(), Ratio(c.rate(), b.rate()),
+        c.cpu_per_sample() * 1e3, b.cpu_per_sample() * 1e3,
+        Ratio(c.cpu_per_sample(), b.cpu_per_sample()), c.preps_per_delivery(),
+        b.preps_per_delivery(), c.cores_used(), b.cores_used());
   }
 
   fmt::print("\n#### Per job (samples/s from the job's spawn to its exit)\n\n");
