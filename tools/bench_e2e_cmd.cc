@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <fstream>
@@ -261,6 +262,21 @@ int E2e(int argc, char** argv) {
                "--epochs, --repeat >= 1\n");
     return 2;
   }
+  const std::vector<std::string> known = SplitCommas(std::string(kAllScenarios));
+  const std::vector<std::string> scenario_names = SplitCommas(a.scenarios);
+  for (const std::string& name : scenario_names) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      fmt::print(stderr,
+                 "carpool bench e2e: unknown scenario \"{}\"; --scenarios takes a "
+                 "comma-separated subset of {}\n",
+                 name, kAllScenarios);
+      return 2;
+    }
+  }
+  if (scenario_names.empty()) {
+    fmt::print(stderr, "carpool bench e2e: --scenarios is empty; pick from {}\n", kAllScenarios);
+    return 2;
+  }
   const auto run_start = std::chrono::steady_clock::now();
   E2eRunInfo info;
   info.load_before = LoadAverages();
@@ -301,7 +317,7 @@ int E2e(int argc, char** argv) {
   setup.state_dir = data->state_dir;
 
   std::vector<E2eScenarioResult> results;
-  for (const std::string& name : SplitCommas(a.scenarios)) {
+  for (const std::string& name : scenario_names) {
     const E2eScenarioResult* sync1 = nullptr;
     for (const E2eScenarioResult& r : results) {
       if (r.scenario.name == "sync1") sync1 = &r;
