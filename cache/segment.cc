@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cache/shm_reserve.h"
 #include "carpool/log.h"
 
 namespace carpool::cache {
@@ -151,6 +152,10 @@ Result<std::unique_ptr<Segment>> Segment::Create(const Options& options) {
     }
     seg->creator_ = ::getpid();  // from here on the destructor unlinks
     shm->truncate(static_cast<bip::offset_t>(total));
+    Status reserved = ReserveShm(shm->get_mapping_handle().handle, total,
+                                 fmt::format("the cache segment \"{}\"", options.name),
+                                 "lower --cache-size or make /dev/shm larger");
+    if (!reserved.ok()) return reserved;
     seg->mapping_ = std::make_unique<SegmentMapping>(
         SegmentMapping{bip::mapped_region(*shm, bip::read_write)});
   } catch (const bip::interprocess_exception& e) {

@@ -6,10 +6,12 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -142,6 +144,18 @@ TEST(SegmentTest, RefsOutsideTheSegmentAreRejected) {
                       SlotRef{seg->size() - 128, 2, 128}}) {
     EXPECT_EQ(reader->Read(bad, out).status().code(), StatusCode::kInvalidArgument) << bad.offset;
   }
+}
+
+TEST(SegmentTest, MoreThanDevShmHoldsIsAClearErrorNotSigbus) {
+  struct statvfs fs {};
+  ASSERT_EQ(::statvfs("/dev/shm", &fs), 0);
+  const uint64_t total = uint64_t{fs.f_blocks} * fs.f_frsize;
+  std::string name = TestName("huge");
+  Result<std::unique_ptr<Segment>> seg = Segment::Create({name, total + 64 * kPage, kPage, 0600});
+  ASSERT_FALSE(seg.ok());
+  EXPECT_EQ(seg.status().code(), StatusCode::kResourceExhausted) << seg.status().ToString();
+  EXPECT_NE(seg.status().message().find("--cache-size"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + name)) << "a failed create must not leak";
 }
 
 TEST(SegmentTest, LiveOwnerIsAlreadyInUse) {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <new>
 
+#include "cache/shm_reserve.h"
 #include "carpool/log.h"
 
 namespace carpool {
@@ -77,6 +78,14 @@ Result<std::unique_ptr<BatchPool>> BatchPool::Create(const std::string& name, ui
     bip::permissions perms(0600);
     bip::shared_memory_object shm(bip::create_only, shm_name, bip::read_write, perms);
     shm.truncate(static_cast<bip::offset_t>(geometry->total_bytes));
+    Status reserved = cache::ReserveShm(
+        shm.get_mapping_handle().handle, geometry->total_bytes,
+        fmt::format("job {}'s batch slots ({} x {} bytes)", job_id, slot_count, slot_bytes),
+        "lower the batch size or prefetch, or make /dev/shm larger");
+    if (!reserved.ok()) {
+      bip::shared_memory_object::remove(shm_name);
+      return reserved;
+    }
     pool->region_ =
         std::make_unique<bip::mapped_region>(shm, bip::read_write, 0, geometry->total_bytes);
   } catch (const bip::interprocess_exception& e) {
