@@ -93,6 +93,16 @@ Result<BatchRegion> SlotMapping::View(const protocol::BatchReady& r) const {
     return Status::Corruption(fmt::format("batch has {} image bytes, expected {} samples x {}",
                                           r.images_bytes, r.sample_count, sample_bytes_));
   }
+  // labels() and sample_ids() span sample_count elements: the ranges must hold exactly that many.
+  const uint64_t index_bytes = uint64_t{r.sample_count} * sizeof(int32_t);
+  if (r.labels_bytes != index_bytes || r.ids_bytes != index_bytes || r.labels_offset % 4 != 0 ||
+      r.ids_offset % 4 != 0) {
+    return Status::Corruption(fmt::format(
+        "batch {} of epoch {} has {} label bytes at offset {} and {} id bytes at offset {}; "
+        "expected {} each ({} samples), 4-byte aligned",
+        r.batch_index, r.epoch, r.labels_bytes, r.labels_offset, r.ids_bytes, r.ids_offset,
+        index_bytes, r.sample_count));
+  }
   const uint8_t* slot = base_ + geometry_.data_offset + uint64_t{r.slot} * geometry_.slot_stride;
   return BatchRegion{slot + r.images_offset,
                      reinterpret_cast<const int32_t*>(slot + r.labels_offset),

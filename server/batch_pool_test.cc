@@ -2,11 +2,13 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "client/slot_mapping.h"
@@ -111,6 +113,19 @@ TEST(BatchPoolTest, RemovesOnlyTheInstancesStaleSegments) {
   EXPECT_EQ(BatchPool::RemoveStaleSegments(mine), 0);
 }
 
+TEST(BatchPoolTest, MoreThanDevShmHoldsIsAClearErrorNotSigbus) {
+  struct statvfs fs {};
+  ASSERT_EQ(::statvfs("/dev/shm", &fs), 0);
+  const uint64_t total = uint64_t{fs.f_blocks} * fs.f_frsize;
+  const std::string name = UniqueName("huge");
+  // Two slots each larger than half of /dev/shm: ftruncate alone would accept this.
+  auto pool = BatchPool::Create(name, 7, 2, total / 2 + (64u << 20));
+  ASSERT_FALSE(pool.ok());
+  EXPECT_EQ(pool.status().code(), StatusCode::kResourceExhausted) << pool.status().ToString();
+  EXPECT_NE(pool.status().message().find("/dev/shm"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm" + name)) << "a failed create must not leak";
+}
+
 TEST(BatchPoolTest, RejectsBadGeometryAndNames) {
   EXPECT_FALSE(BatchPool::Create(UniqueName("bad"), 7, 0, 100).ok());
   EXPECT_FALSE(BatchPool::Create(UniqueName("bad"), 7, 2, 0).ok());
@@ -206,6 +221,15 @@ TEST(BatchPoolTest, ClientMappingRejectsInconsistentBatches) {
   EXPECT_FALSE((*mapping)->View(bad).ok());
   bad = ready;
   bad.images_bytes = 95;
+  EXPECT_FALSE((*mapping)->View(bad).ok());
+  // Labels inside the slot but shorter than sample_count entries: labels() would read past them.
+  bad = ready;
+  bad.labels_offset = 4096 - 4;
+  bad.labels_bytes = 4;
+  EXPECT_EQ((*mapping)->View(bad).status().code(), StatusCode::kCorruption);
+  bad = ready;
+  bad.ids_offset += 2;
+  bad.ids_bytes -= 4;
   EXPECT_FALSE((*mapping)->View(bad).ok());
 
   auto wrong = info;
