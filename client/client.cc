@@ -249,7 +249,8 @@ Result<std::unique_ptr<Job>> Client::CreateJob(const JobOptions& o) {
         o.dataset, o.batch_size, o.epochs, o.prefetch));
   }
   if (o.silence_timeout.count() <= 0) {
-    return Status::InvalidArgument("silence_timeout must be positive");
+    return Status::InvalidArgument(fmt::format(
+        "silence_timeout of {} ms must be positive", o.silence_timeout.count()));
   }
   auto hs = ConnectAndHello(path_, std::min(o.silence_timeout, kHandshakeTimeout));
   if (!hs.ok()) return hs.status();

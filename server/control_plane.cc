@@ -44,7 +44,10 @@ Result<std::unique_ptr<ControlPlane>> ControlPlane::Start(ControlPlaneOptions op
   }
   if (options.max_jobs == 0 || options.max_sessions == 0 || options.max_batch_size == 0 ||
       options.max_prefetch == 0) {
-    return Status::InvalidArgument("control plane limits (jobs, sessions, batch, prefetch) are 0");
+    return Status::InvalidArgument(fmt::format(
+        "control plane limits must be at least 1: max_jobs={}, max_sessions={}, "
+        "max_batch_size={}, max_prefetch={}",
+        options.max_jobs, options.max_sessions, options.max_batch_size, options.max_prefetch));
   }
   std::unique_ptr<ControlPlane> plane(new ControlPlane(std::move(options), service));
   Status s = plane->Listen();
@@ -85,6 +88,7 @@ Status ControlPlane::Listen() {
   if (::chmod(path.c_str(), 0600) != 0) {
     return Status::IOError(fmt::format("chmod 0600 {}: {}", path, std::strerror(errno)));
   }
+  if (options_.before_accepting) options_.before_accepting();
   acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Status::IOError(fmt::format("cannot listen on {}: {}", path, ec.message()));
   return Status::OK();
@@ -96,7 +100,8 @@ void ControlPlane::Accept() {
     if (ec) {
       log::Warn("accept failed: {}", ec.message());
     } else if (sessions_.size() >= options_.max_sessions) {
-      log::Warn("refusing a connection: {} sessions are open (the limit)", sessions_.size());
+      log::Warn("refusing a connection: {} sessions are open (the limit, max_sessions)",
+                sessions_.size());
     } else {
       auto session = std::make_shared<Session>(std::move(socket), *this);
       sessions_.insert(session);

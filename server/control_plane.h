@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -30,6 +31,9 @@ struct ControlPlaneOptions {
   uint32_t max_sessions = 256;
   uint32_t max_batch_size = 65536;
   uint32_t max_prefetch = 64;
+  // Runs once the socket is bound (so no live server owns it) but before anyone can connect:
+  // the place to clear what a crashed server of this instance left behind.
+  std::function<void()> before_accepting;
 };
 
 class ControlPlane {

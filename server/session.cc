@@ -67,6 +67,9 @@ void Session::ReadPayload(protocol::MessageType type, uint32_t bytes) {
         auto message = protocol::DecodePayload(type, self->payload_);
         if (!message.ok()) return self->Reject(message.status());
         self->Dispatch(std::move(*message));
+        // Time spent in the server's own handler (e.g. loading a large dataset) is not client
+        // silence: restart the lease clock once the reply is queued.
+        self->last_heard_ = Clock::now();
         if (!self->closed_ && !self->closing_) self->ReadHeader();
       });
 }
@@ -178,6 +181,13 @@ void Session::Reply(const protocol::Message& message) {
 
 void Session::QueueFrame(std::vector<uint8_t> frame) {
   if (closed_ || closing_) return;  // after a violation only the error frame goes out
+  // A client that keeps asking but never reads must not grow the server's memory without bound.
+  outbox_bytes_ += frame.size();
+  if (outbox_bytes_ > kMaxOutboxBytes) {
+    Close(fmt::format("client is not reading: {} bytes of replies queued (limit {})",
+                      outbox_bytes_, kMaxOutboxBytes));
+    return;
+  }
   outbox_.push_back(std::move(frame));
   if (!writing_) WriteNext();
 }
@@ -193,6 +203,7 @@ void Session::WriteNext() {
                     [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
                       if (self->closed_) return;
                       if (ec) return self->Close("write failed: " + ec.message());
+                      self->outbox_bytes_ -= self->outbox_.front().size();
                       self->outbox_.pop_front();
                       self->WriteNext();
                     });
@@ -206,6 +217,7 @@ void Session::Close(const std::string& reason) {
   socket_.shutdown(asio::socket_base::shutdown_both, ignored);
   socket_.close(ignored);
   outbox_.clear();
+  outbox_bytes_ = 0;
   if (job_id_) {
     log::Info("job {} removed: {}", *job_id_, reason);
     plane_.service().RemoveJob(*job_id_);

@@ -56,6 +56,8 @@ class Session : public JobSink, public std::enable_shared_from_this<Session> {
   uint8_t header_[protocol::kFrameHeaderBytes];
   std::vector<uint8_t> payload_;
   std::deque<std::vector<uint8_t>> outbox_;
+  size_t outbox_bytes_ = 0;
+  static constexpr size_t kMaxOutboxBytes = 8u << 20;
   bool writing_ = false;
   bool closing_ = false;  // close once the outbox drains
   bool closed_ = false;

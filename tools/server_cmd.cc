@@ -104,6 +104,8 @@ Result<std::chrono::milliseconds> ParseDuration(const std::string& flag, const s
   return std::chrono::milliseconds(static_cast<int64_t>(ms));
 }
 
+constexpr uint32_t kMaxWorkers = 1024;
+
 int Serve(int argc, char** argv) {
   std::string state_dir, socket, cache_size = "1GiB", policy = "refcnt", lease = "2s";
   uint32_t workers = 0;
@@ -143,6 +145,10 @@ int Serve(int argc, char** argv) {
   Result<std::chrono::milliseconds> lease_ms = ParseDuration("--lease", lease);
   if (!lease_ms.ok()) return Fail(lease_ms.status());
   if (lookahead == 0) return Fail(Status::InvalidArgument("--lookahead must be at least 1"));
+  if (workers > kMaxWorkers) {
+    return Fail(Status::InvalidArgument(fmt::format(
+        "--workers {} is more than the limit of {}; 0 means one per core", workers, kMaxWorkers)));
+  }
   eo.workers = workers;
   eo.lookahead = lookahead;
   eo.seed = seed;
@@ -169,13 +175,15 @@ int Serve(int argc, char** argv) {
   co.socket_path = *socket_path;
   co.instance = eo.instance;
   co.lease = *lease_ms;
+  // Bound but not yet accepting: batch segments of this instance can only be a crashed server's.
+  co.before_accepting = [instance = eo.instance] {
+    if (int removed = BatchPool::RemoveStaleSegments(instance); removed > 0) {
+      log::Warn("server {}: removed {} batch segment(s) left by a crashed server", instance,
+                removed);
+    }
+  };
   Result<std::unique_ptr<ControlPlane>> plane = ControlPlane::Start(co, engine->get());
   if (!plane.ok()) return Fail(plane.status());
-  // We own the socket now, so batch segments of this instance can only be a crashed server's.
-  if (int removed = BatchPool::RemoveStaleSegments(eo.instance); removed > 0) {
-    log::Warn("server {}: removed {} batch segment(s) left by a crashed server", eo.instance,
-              removed);
-  }
   log::Info(
       "server {} listening on {} (cache {} bytes{}, policy {}, {} workers, look-ahead {}, lease "
       "{} ms)",
