@@ -117,7 +117,9 @@ class Loader:
 
     Each pass over the loader is one epoch of the job (the server knows the number of epochs up
     front, because its sampler plans every job's epochs together). A pass that is left early with
-    `break` is resumed by the next pass. After the last epoch a pass yields nothing.
+    `break` is resumed by the next pass; one left right after the epoch's last batch (islice, zip,
+    a break there) has finished the epoch, and the next pass starts the next one. After the last
+    epoch a pass yields nothing. A batch of 0 samples (all unreadable) is skipped, not yielded.
 
     images: a torch tensor when torch is importable, else a numpy array, of shape
     [B, C, H, W] (nchw) or [B, H, W, C] (nhwc) and the transform's dtype (docs/transforms.md).
@@ -157,6 +159,7 @@ class Loader:
         self._current = None  # _BatchMemory of the batch handed out last
         self._pending = None  # a batch of the next epoch, fetched while ending this one
         self._finished = False
+        self._epoch_over = False  # the batch handed out last was its epoch's last
         self._client = _Client(socket, state_dir)
         opts = _ffi.JobOptions(
             dataset=str(dataset).encode(), batch_size=int(batch_size), epochs=int(epochs),
@@ -200,6 +203,9 @@ class Loader:
         return self._epoch()
 
     def _epoch(self):
+        if self._epoch_over:  # the last pass handed out its epoch's last batch, then was left
+            self._epoch_over = False
+            self.epoch += 1
         epoch = self.epoch
         while True:
             batch = self._pending if self._pending is not None else self._fetch()
@@ -207,12 +213,29 @@ class Loader:
             if batch is None:
                 return
             b_epoch = self._lib.carpool_batch_epoch(batch.handle)
-            if b_epoch != epoch:  # the previous epoch ended short (skipped samples)
+            if b_epoch != epoch:  # the previous epoch ended short (batches skipped entirely)
                 self._pending = batch
                 self.epoch = b_epoch
                 return
-            yield self._hand_out(batch, b_epoch)
-            if self.batch_index + 1 >= self._batches_per_epoch:
+            # Decided before the yield: a consumer may never resume the generator after the
+            # epoch's last batch (itertools.islice(loader, len(loader)), zip, a break there), and
+            # the next pass must then start the next epoch rather than end on its first batch.
+            last = self._lib.carpool_batch_index(batch.handle) + 1 >= self._batches_per_epoch
+            if self._lib.carpool_batch_size(batch.handle) == 0:
+                # Every sample of the batch was unreadable: nothing to train on (an empty batch
+                # would make a mean loss NaN), so it is not yielded, as if the server had sent
+                # none. Its slot goes back now.
+                self._lib.carpool_batch_release(batch.handle)
+                del batch
+                if last:
+                    self.epoch = epoch + 1
+                    return
+                continue
+            out = self._hand_out(batch, b_epoch)
+            self._epoch_over = last
+            yield out
+            if last:
+                self._epoch_over = False
                 self.epoch = epoch + 1
                 return
 

@@ -1,5 +1,6 @@
 """carpool.Loader against a real `carpool server` (started by fixture.py) on Fashion-MNIST t10k."""
 
+import itertools
 import os
 import signal
 import subprocess
@@ -138,6 +139,67 @@ class LoaderDataTest(unittest.TestCase):
             for _ in loader:
                 ids.append(loader.ids.copy())
             self.assertEqual(len(np.unique(np.concatenate(ids))), SUBSET)
+
+
+class _EmptyBatchesLib:
+    """libcarpool as the loader sees it, except that the batches named by (epoch, batch_index)
+    report 0 samples: what the server sends when every sample of a batch was unreadable."""
+
+    def __init__(self, lib, empty):
+        self._real, self._empty = lib, set(empty)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def carpool_batch_size(self, handle):
+        key = (self._real.carpool_batch_epoch(handle), self._real.carpool_batch_index(handle))
+        return 0 if key in self._empty else self._real.carpool_batch_size(handle)
+
+
+class LoaderEpochEndTest(unittest.TestCase):
+    def test_stopping_right_after_the_last_batch_loses_no_epoch(self):
+        # islice, zip and a break at the last batch never resume the pass after its last batch;
+        # the next pass must still deliver the next epoch, not end on that epoch's first batch.
+        lo, _ = FX.id_range("fm")
+        expected = np.arange(lo, lo + SUBSET)
+        with carpool.Loader("fm-small", batch_size=100, epochs=3, socket=FX.socket,
+                            prefetch=2) as loader:
+            n = len(loader)
+            self.assertEqual(n, SUBSET // 100)
+            passes = [lambda: itertools.islice(loader, n),
+                      lambda: (b for _, b in zip(range(n), loader)),
+                      lambda: loader]
+            for epoch, make_pass in enumerate(passes):
+                ids = []
+                for i, _ in enumerate(make_pass()):
+                    self.assertEqual((loader.epoch, loader.batch_index), (epoch, i))
+                    ids.append(loader.ids.copy())
+                    if epoch == 2 and i == n - 1:
+                        break
+                self.assertEqual(len(ids), n, f"epoch {epoch}")
+                np.testing.assert_array_equal(np.sort(np.concatenate(ids)), expected)
+            self.assertEqual(list(loader), [])
+            self.assertEqual(loader.epoch, 3)
+            self.assertEqual(loader.stats()["deliveries"], 3 * SUBSET)
+
+    def test_a_batch_of_no_samples_is_skipped(self):
+        # Batch 2 and the last batch (5) of epoch 0 come with 0 samples: the pass leaves them out
+        # (no exception, no empty tensors), still ends epoch 0 there, and epoch 1 is whole.
+        lo, _ = FX.id_range("fm")
+        with carpool.Loader("fm-small", batch_size=100, epochs=2, socket=FX.socket, prefetch=2,
+                            timeout=5) as loader:
+            loader._lib = _EmptyBatchesLib(loader._lib, {(0, 2), (0, 5)})
+            seen = [(loader.epoch, loader.batch_index, images.shape[0])
+                    for images, _ in loader]
+            self.assertEqual(seen, [(0, 0, 100), (0, 1, 100), (0, 3, 100), (0, 4, 100)])
+            self.assertEqual(loader.epoch, 1)
+            ids = []
+            for images, _ in loader:
+                self.assertEqual(loader.epoch, 1)
+                ids.append(loader.ids.copy())
+            self.assertEqual(len(ids), 6)
+            np.testing.assert_array_equal(np.sort(np.concatenate(ids)), np.arange(lo, lo + SUBSET))
+            self.assertEqual(list(loader), [])
 
 
 class LoaderSharingTest(unittest.TestCase):
