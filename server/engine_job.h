@@ -33,11 +33,12 @@ struct Engine::Job {
   uint64_t consumed = 0;    // queue entries done with: delivered, skipped or dropped
   uint64_t deliveries = 0;  // samples delivered
   uint64_t batches = 0;
-  uint64_t skipped = 0;  // unreadable samples left out of its batches
+  uint64_t skipped = 0;  // unreadable samples, or ones its transform cannot take, left out
   uint64_t dropped = 0;  // samples of last partial batches dropped (drop_last)
   bool assembling = false;  // a batch task is queued or running; at most one per job
   bool removed = false;     // RemoveJob has begun: build nothing more
   bool done = false;        // end-of-data sent and the job left the scheduler
+  bool misfit_logged = false;  // a sample its transform cannot take was logged (once per job)
 };
 
 }  // namespace carpool

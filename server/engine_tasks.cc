@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "carpool/log.h"
@@ -78,6 +79,7 @@ void Engine::Assemble(BatchTask task) {
   std::vector<int32_t> labels;
   std::vector<uint32_t> ids;
   std::vector<std::pair<uint32_t, Status>> unreadable;
+  std::optional<Status> misfit;  // the first sample whose shape this job's transform cannot take
   uint32_t skipped = task.skipped;
   uint64_t transient = 0;
   for (const BatchItem& item : task.items) {
@@ -103,13 +105,16 @@ void Engine::Assemble(BatchTask task) {
     }
     Result<ImageShape> shape = TransformedShape(job.transform, view.shape);
     if (!shape.ok() || !(*shape == job.image)) {
-      unreadable.emplace_back(
-          item.sample,
-          Status::InvalidArgument(fmt::format(
-              "prepared as {}x{}x{}, which the job's transform \"{}\" does not turn into its "
-              "batch shape {}x{}x{}; add a crop to the dataset's prepare spec or the transform",
-              view.shape.height, view.shape.width, view.shape.channels,
-              job.transform.ToString(), job.image.height, job.image.width, job.image.channels)));
+      // A property of this job's transform, not of the sample: skipped for this job only (other
+      // jobs' transforms may fit it), so not marked bad.
+      if (!misfit) {
+        misfit = Status::InvalidArgument(fmt::format(
+            "sample {} is prepared as {}x{}x{}, which the job's transform \"{}\" does not turn "
+            "into its batch shape {}x{}x{}; add a crop to the dataset's prepare spec or the "
+            "transform",
+            item.sample, view.shape.height, view.shape.width, view.shape.channels,
+            job.transform.ToString(), job.image.height, job.image.width, job.image.channels));
+      }
       ++skipped;
       continue;
     }
@@ -158,6 +163,10 @@ void Engine::Assemble(BatchTask task) {
     for (const auto& [sample, status] : unreadable) {
       std::shared_ptr<const SampleSource> source = samples_.Find(sample);
       if (source) MarkBad(sample, *source, status);
+    }
+    if (misfit && !job.misfit_logged) {
+      job.misfit_logged = true;
+      log::Warn("job {}: samples are skipped for this job: {}", job.id, misfit->ToString());
     }
     transient_preparations_ += transient;
     Status consumed = scheduler_->Consume(job.sched, task.decisions, Now());
