@@ -8,7 +8,10 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import sys
+import threading
 import time
+import weakref
 
 from . import _ffi
 from ._ffi import CarpoolError
@@ -47,13 +50,41 @@ def cli(*args, state_dir=None, check=True):
     return r.stdout
 
 
-def _die_with_parent():
-    """In the child: SIGTERM when the parent dies (Linux), so a test or script killed with
-    SIGKILL leaves no server behind."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+_SETPRIV = []  # [] until looked up, then [argv prefix] (empty when unavailable)
+
+
+def _death_signal_prefix():
+    """argv that makes the command get SIGTERM when this process dies: util-linux's
+    `setpriv --pdeathsig TERM --` (Linux, util-linux >= 2.33), or [] where that does not work.
+    setpriv sets PR_SET_PDEATHSIG in the child itself and then execs the server, so no Python code
+    runs between fork and exec (subprocess's preexec_fn is not safe in a process with threads)."""
+    if not _SETPRIV:
+        prefix = []
+        setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+        if setpriv:
+            try:
+                ok = subprocess.run([setpriv, "--pdeathsig", "TERM", "--", "true"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    timeout=10).returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                ok = False
+            if ok:
+                prefix = [setpriv, "--pdeathsig", "TERM", "--"]
+        _SETPRIV.append(prefix)
+    return list(_SETPRIV[0])
+
+
+def _stop_process(proc, grace):
+    """SIGTERM, then SIGKILL after `grace` seconds; the exit code. Also the Server's finalizer,
+    so it must not refer to the Server."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
 
 
 class Server:
@@ -63,8 +94,12 @@ class Server:
             loader = carpool.Loader("fmnist", socket=srv.socket, ...)
 
     Keyword arguments become flags (cache_size="0" -> --cache-size 0). start() returns once the
-    socket answers; stop() sends SIGTERM, then SIGKILL after `grace` seconds. On Linux the server
-    also gets SIGTERM if this process dies first."""
+    socket answers; stop() sends SIGTERM, then SIGKILL after `grace` seconds. A server not stopped
+    is stopped the same way when the Server object is garbage-collected or the interpreter exits
+    (a weakref finalizer). If this process is killed (SIGKILL), the server gets SIGTERM only where
+    start() ran on the main thread, on Linux with util-linux's setpriv: the kernel sends that
+    signal when the *thread* that started the child ends, so from another thread it would stop
+    the server as soon as that thread returned, and it is not asked for there."""
 
     def __init__(self, state_dir, log=None, grace=10.0, **flags):
         self.state_dir = pathlib.Path(state_dir)
@@ -73,21 +108,37 @@ class Server:
         self.log = log
         self.grace = grace
         self.proc = None
+        self._finalizer = None
 
     def start(self, timeout=30.0):
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                raise CarpoolError(f"carpool server on {self.socket} is already running", 6)
+            self.stop()  # it exited by itself: forget it and start anew
+        # Everything that can fail before the child exists runs first: nothing is left behind.
+        lib = _ffi.lib()
         cmd = [binary(), "server", "--state-dir", str(self.state_dir)]
         for k, v in self.flags.items():
             if v is not None:
                 cmd += ["--" + k.replace("_", "-"), str(v)]
+        main_thread = threading.current_thread() is threading.main_thread()
+        prefix = _death_signal_prefix() if main_thread else []
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
         try:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                         preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(prefix + cmd, stdout=out, stderr=subprocess.STDOUT)
         finally:
             if self.log:
                 out.close()
+        self._finalizer = weakref.finalize(self, _stop_process, self.proc, self.grace)
+        try:
+            self._wait_ready(lib, cmd, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self, lib, cmd, timeout):
         deadline = time.monotonic() + timeout
-        lib = _ffi.lib()
         while True:
             if self.proc.poll() is not None:
                 tail = ""
@@ -98,9 +149,8 @@ class Server:
             if os.path.exists(self.socket) and \
                     lib.carpool_connect(self.socket.encode(), ctypes.byref(handle)) == 0:
                 lib.carpool_client_free(handle)
-                return self
+                return
             if time.monotonic() > deadline:
-                self.stop()
                 raise CarpoolError(f"carpool server did not answer on {self.socket} within "
                                    f"{timeout:.0f} s", 8)
             time.sleep(0.05)
@@ -109,14 +159,9 @@ class Server:
         """Stops the server; returns its exit code (None if it was not running)."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(self.grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        code, self.proc = self.proc.returncode, None
+        code = _stop_process(self.proc, self.grace)
+        self._finalizer.detach()
+        self.proc = self._finalizer = None
         return code
 
     def __enter__(self):
