@@ -124,17 +124,25 @@ void Engine::Assemble(BatchTask task) {
     ids.push_back(item.sample);
   }
 
-  const auto n = static_cast<uint32_t>(views.size());
-  const slots::BatchLayout layout = slots::PlanBatchLayout(n, job.image.bytes());
-  Status built = Status::OK();
+  // Every batch index of an epoch is published, even with no sample in it (all skipped, or the
+  // assembly failed), so that the client sees each batch's skipped count and no index is missing.
+  auto n = static_cast<uint32_t>(views.size());
   if (n > 0) {
+    const slots::BatchLayout full = slots::PlanBatchLayout(n, job.image.bytes());
     uint8_t* base = task.slot.data.data();
     Result<ImageShape> assembled = AssembleBatch(job.transform, views, seeds,
-                                                 base + layout.images_offset, layout.images_bytes);
-    built = assembled.status();
-    std::memcpy(base + layout.labels_offset, labels.data(), layout.labels_bytes);
-    std::memcpy(base + layout.ids_offset, ids.data(), layout.ids_bytes);
+                                                 base + full.images_offset, full.images_bytes);
+    if (assembled.ok()) {
+      std::memcpy(base + full.labels_offset, labels.data(), full.labels_bytes);
+      std::memcpy(base + full.ids_offset, ids.data(), full.ids_bytes);
+    } else {
+      log::Error("job {}: batch {} of epoch {} not assembled, its {} samples are skipped: {}",
+                 job.id, task.batch_index, task.epoch, n, assembled.status().ToString());
+      skipped += n;
+      n = 0;
+    }
   }
+  const slots::BatchLayout layout = slots::PlanBatchLayout(n, job.image.bytes());
   uint64_t unpinned = 0;
   for (const BatchItem& item : task.items) {
     if (!item.pinned) continue;
@@ -142,20 +150,19 @@ void Engine::Assemble(BatchTask task) {
     ++unpinned;
   }
   bool delivered = false;
-  if (n > 0 && built.ok()) {
-    Result<uint64_t> generation = job.pool->Publish(task.slot.index);
-    if (generation.ok()) {
-      protocol::BatchReady ready = MakeBatchReady(job.id, task.slot.index, *generation, task.epoch,
-                                                  task.batch_index, n, layout);
-      ready.skipped = skipped;
-      job.sink->DeliverBatch(ready);
-      delivered = true;
-    } else {
-      built = generation.status();
-    }
+  Result<uint64_t> generation = job.pool->Publish(task.slot.index);
+  if (generation.ok()) {
+    protocol::BatchReady ready = MakeBatchReady(job.id, task.slot.index, *generation, task.epoch,
+                                                task.batch_index, n, layout);
+    ready.skipped = skipped;
+    job.sink->DeliverBatch(ready);
+    delivered = true;
+  } else {
+    (void)job.pool->Abandon(task.slot.index);
+    log::Error("job {}: batch {} of epoch {} not published, its {} samples are skipped: {}",
+               job.id, task.batch_index, task.epoch, n, generation.status().ToString());
+    skipped += n;  // consumed, never delivered
   }
-  if (!delivered) (void)job.pool->Abandon(task.slot.index);
-  if (!built.ok()) log::Error("job {}: batch not built: {}", job.id, built.ToString());
 
   {
     std::lock_guard lock(mu_);

@@ -1,6 +1,6 @@
 // Engine accounting end to end: a shape one job's transform cannot take is skipped for that job
-// only; evicted samples are prepared again ahead of their batches; every batch index of an epoch
-// is delivered and every skipped sample counted, even when a whole batch is skipped.
+// only; every batch index of an epoch is delivered and every skipped sample counted, even when a
+// whole batch is skipped.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -48,6 +48,45 @@ TEST(E2eEngineTest, ShapeOneTransformCannotTakeIsSkippedForThatJobOnly) {
   EXPECT_EQ(JsonNumber(b, "skipped"), 0) << b;
   const std::string s = env.Status();
   EXPECT_EQ(JsonNumber(s, "bad_samples"), 0) << s;
+  env.StopServer(SIGTERM);
+}
+
+// Corrupts every file under `dir` after registration.
+void CorruptAll(const fs::path& dir) {
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) {
+      std::ofstream(e.path(), std::ios::binary | std::ios::trunc) << "this is not a JPEG at all";
+    }
+  }
+}
+
+TEST(E2eEngineTest, BatchOfOnlyCorruptSamplesIsStillDeliveredWithItsSkippedCount) {
+  E2eEnv env;
+  const fs::path mixed = env.dir() / "mixed", bad = mixed / "bad";
+  Gen(env, mixed / "good", 9, "64x48");
+  Gen(env, bad, 1, "64x48");
+  Gen(env, env.dir() / "pair", 2, "64x48");
+  env.Dataset({"add", "one-bad", "--dir", mixed.string(), "--prepare", "resize=32,crop=32"});
+  env.Dataset({"add", "all-bad", "--dir", (env.dir() / "pair").string(), "--prepare",
+               "resize=32,crop=32"});
+  CorruptAll(bad);
+  CorruptAll(env.dir() / "pair");
+  env.StartServer();
+  // Batch size 1: the corrupt sample's batch has no sample at all. Every batch index still comes.
+  const std::string one =
+      ConsumeJson(env, {"--dataset", "one-bad", "--batch-size", "1", "--epochs", "2"}, "one");
+  EXPECT_EQ(JsonNumber(one, "batches"), 20) << one;
+  EXPECT_EQ(JsonNumber(one, "samples"), 18) << one;
+  EXPECT_EQ(JsonNumber(one, "skipped"), 2) << one;
+  // Batch size 2 over two corrupt JPEGs: one empty batch per epoch, both samples counted skipped.
+  const std::string pair =
+      ConsumeJson(env, {"--dataset", "all-bad", "--batch-size", "2", "--epochs", "3"}, "pair");
+  EXPECT_EQ(JsonNumber(pair, "batches"), 3) << pair;
+  EXPECT_EQ(JsonNumber(pair, "samples"), 0) << pair;
+  EXPECT_EQ(JsonNumber(pair, "skipped"), 6) << pair;
+  const std::string s = env.Status();
+  EXPECT_EQ(JsonNumber(s, "skipped"), 8) << s;
+  EXPECT_EQ(JsonNumber(s, "bad_samples"), 3) << s;
   env.StopServer(SIGTERM);
 }
 
