@@ -21,6 +21,7 @@
 #include "tools/bench_e2e_procs.h"
 #include "tools/bench_e2e_report.h"
 #include "tools/command.h"
+#include "tools/options.h"
 #include "tools/standalone_loader.h"
 
 namespace carpool::tools {
@@ -48,21 +49,8 @@ int Fail(std::string_view verb, const Status& s) {
 // Parses argv; prints help (returns 0) or a usage error (returns 2), else nullopt.
 std::optional<int> Parse(std::string_view verb, int argc, char** argv,
                          const po::options_description& opts, po::variables_map* vm) {
-  try {
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), *vm);
-    if (vm->count("help")) {
-      std::ostringstream help;
-      help << opts;
-      fmt::print("usage: carpool bench {} [options]\n\n{}", verb, help.str());
-      return 0;
-    }
-    po::notify(*vm);
-  } catch (const po::error& e) {
-    fmt::print(stderr, "carpool bench {}: {}; see 'carpool bench {} --help'\n", verb, e.what(),
-               verb);
-    return 2;
-  }
-  return std::nullopt;
+  return ParseCommandLine(argc, argv, fmt::format("carpool bench {}", verb),
+                          fmt::format("usage: carpool bench {} [options]\n\n", verb), opts, vm);
 }
 
 int Standalone(int argc, char** argv) {

@@ -15,6 +15,7 @@
 
 #include "carpool/client.h"
 #include "tools/command.h"
+#include "tools/options.h"
 #include "tools/socket_path.h"
 
 namespace carpool::tools {
@@ -58,19 +59,7 @@ int Consume(int argc, char** argv) {
       "socket", po::value(&socket), "server socket (default <state-dir>/carpool.sock)")(
       "state-dir", po::value(&state_dir), "state directory holding the socket");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    if (vm.count("help")) {
-      std::ostringstream help;
-      help << opts;
-      fmt::print("{}{}", kUsage, help.str());
-      return 0;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    fmt::print(stderr, "carpool consume: {}; see 'carpool consume --help'\n", e.what());
-    return 2;
-  }
+  if (auto rc = ParseCommandLine(argc, argv, "carpool consume", kUsage, opts, &vm)) return *rc;
   Result<std::string> path = ResolveSocketPath(socket, state_dir);
   if (!path.ok()) return Fail(path.status());
   std::unique_ptr<std::FILE, FileCloser> ids;

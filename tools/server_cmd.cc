@@ -20,6 +20,7 @@
 #include "server/engine.h"
 #include "server/instance_name.h"
 #include "tools/command.h"
+#include "tools/options.h"
 #include "tools/socket_path.h"
 
 namespace carpool::tools {
@@ -122,19 +123,7 @@ int Serve(int argc, char** argv) {
       "seed", po::value(&seed), "the sampling tree's seed (default 1)")(
       "lease", po::value(&lease), "remove a job silent this long, e.g. 2s or 500ms (default 2s)");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    fmt::print(stderr, "carpool server: {}; see 'carpool server --help'\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::ostringstream help;
-    help << opts;
-    fmt::print("{}{}", kUsage, help.str());
-    return 0;
-  }
+  if (auto rc = ParseCommandLine(argc, argv, "carpool server", kUsage, opts, &vm)) return *rc;
   EngineOptions eo;
   Result<uint64_t> bytes = ParseBytes("--cache-size", cache_size);
   if (!bytes.ok()) return Fail(bytes.status());

@@ -19,6 +19,7 @@
 #include "sampler/sim.h"
 #include "sampler/sim_spec.h"
 #include "tools/command.h"
+#include "tools/options.h"
 #include "tools/sim_cache_mode.h"
 
 namespace carpool::tools {
@@ -148,19 +149,7 @@ int Sim(int argc, char** argv) {
       "prefetch", po::value(&cache_mode.prefetch),
       "cache mode: prefetch depth in samples that triggers rounds (4)");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    fmt::print(stderr, "carpool sim: {}; see 'carpool sim --help'\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::ostringstream help;
-    help << opts;
-    fmt::print("{}{}", kUsage, help.str());
-    return 0;
-  }
+  if (auto rc = ParseCommandLine(argc, argv, "carpool sim", kUsage, opts, &vm)) return *rc;
   if (job_args.empty()) {
     fmt::print(stderr,
                "carpool sim: no --job given; e.g. 'carpool sim --job a=0:1000 --job "

@@ -13,6 +13,7 @@
 
 #include "carpool/client.h"
 #include "tools/command.h"
+#include "tools/options.h"
 #include "tools/socket_path.h"
 
 namespace carpool::tools {
@@ -167,20 +168,11 @@ int ShowStatus(int argc, char** argv) {
       "socket", po::value(&socket), "server socket (default <state-dir>/carpool.sock)")(
       "state-dir", po::value(&state_dir), "state directory holding the socket");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    fmt::print(stderr, "carpool status: {}; see 'carpool status --help'\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::ostringstream help;
-    help << opts;
-    fmt::print("usage: carpool status [--json] [--watch]\n\nThe server's jobs, cache and "
-               "sharing.\n\noptions:\n{}",
-               help.str());
-    return 0;
+  if (auto rc = ParseCommandLine(argc, argv, "carpool status",
+                                 "usage: carpool status [--json] [--watch]\n\nThe server's jobs, "
+                                 "cache and sharing.\n\noptions:\n",
+                                 opts, &vm)) {
+    return *rc;
   }
   Result<std::string> path = ResolveSocketPath(socket, state_dir);
   Result<std::unique_ptr<Client>> client =

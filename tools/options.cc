@@ -1,0 +1,30 @@
+#include "tools/options.h"
+
+#include <fmt/core.h>
+
+#include <sstream>
+
+namespace carpool::tools {
+
+namespace po = boost::program_options;
+
+std::optional<int> ParseCommandLine(int argc, char** argv, std::string_view prog,
+                                    std::string_view usage, const po::options_description& opts,
+                                    po::variables_map* vm) {
+  try {
+    po::store(po::command_line_parser(argc, argv).options(opts).run(), *vm);
+    if (vm->count("help")) {
+      std::ostringstream help;
+      help << opts;
+      fmt::print("{}{}", usage, help.str());
+      return 0;
+    }
+    po::notify(*vm);
+  } catch (const po::error& e) {
+    fmt::print(stderr, "{}: {}; see '{} --help'\n", prog, e.what(), prog);
+    return 2;
+  }
+  return std::nullopt;
+}
+
+}  // namespace carpool::tools

@@ -1,0 +1,21 @@
+// Argument parsing shared by the CLI's subcommands (Boost.Program_options). Thread-compatible.
+#ifndef CARPOOL_TOOLS_OPTIONS_H_
+#define CARPOOL_TOOLS_OPTIONS_H_
+
+#include <boost/program_options.hpp>
+#include <optional>
+#include <string_view>
+
+namespace carpool::tools {
+
+// Parses argv against `opts`. With --help prints `usage` then the options and returns 0; on a bad
+// argument prints one line "<prog>: <problem>; see '<prog> --help'" and returns 2. Otherwise
+// returns nullopt and fills `vm`. --help is checked before required options are enforced.
+std::optional<int> ParseCommandLine(int argc, char** argv, std::string_view prog,
+                                    std::string_view usage,
+                                    const boost::program_options::options_description& opts,
+                                    boost::program_options::variables_map* vm);
+
+}  // namespace carpool::tools
+
+#endif  // CARPOOL_TOOLS_OPTIONS_H_
