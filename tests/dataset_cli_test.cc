@@ -19,6 +19,7 @@
 #include "datasets/catalog.h"
 #include "datasets/sqlite_db.h"
 #include "datasets/temp_dir_for_test.h"
+#include "tests/e2e_util.h"
 
 namespace carpool {
 namespace {
@@ -27,17 +28,8 @@ namespace fs = std::filesystem;
 
 const fs::path kFmnist = "/usr/share/datasets/fashion-mnist";
 
-std::string CarpoolBin() {
-  const char* dir = std::getenv("CARPOOL_BIN_DIR");
-  return dir != nullptr ? std::string(dir) + "/carpool" : std::string(CARPOOL_BIN);
-}
-
-std::string Slurp(const fs::path& file) {
-  std::ifstream in(file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using e2e::CarpoolBin;
+using e2e::Slurp;
 
 struct CliRun {
   int code;
@@ -64,22 +56,7 @@ class DatasetCliTest : public ::testing::Test {
   }
 
   pid_t Spawn(const std::vector<std::string>& args) {
-    std::string out = (tmp_.path() / "out").string(), err = (tmp_.path() / "err").string();
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      int in = ::open("/dev/null", O_RDONLY);
-      int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(in, 0);
-      ::dup2(o, 1);
-      ::dup2(e, 2);
-      std::vector<char*> argv;
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    return pid;
+    return e2e::SpawnProcess(args, tmp_.path() / "out", tmp_.path() / "err");
   }
 
   // One error: non-zero exit, exactly one line on stderr, containing `needle`.

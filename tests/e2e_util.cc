@@ -17,8 +17,6 @@
 #include "server/instance_name.h"
 
 namespace carpool::e2e {
-namespace {
-
 std::string CarpoolBin() {
   const char* dir = std::getenv("CARPOOL_BIN_DIR");
   return dir != nullptr ? std::string(dir) + "/carpool" : std::string(CARPOOL_BIN);
@@ -30,6 +28,27 @@ std::string Slurp(const fs::path& file) {
   ss << in.rdbuf();
   return ss.str();
 }
+
+pid_t SpawnProcess(const std::vector<std::string>& argv, const fs::path& out,
+                   const fs::path& err) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int in = ::open("/dev/null", O_RDONLY);
+    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(in, 0);
+    ::dup2(o, 1);
+    ::dup2(e, 2);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+namespace {
 
 CliResult Collect(int status, const fs::path& out, const fs::path& err) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), Slurp(out), Slurp(err)};
@@ -99,22 +118,7 @@ std::vector<std::string> E2eEnv::Segments() const {
 pid_t E2eEnv::Spawn(const std::vector<std::string>& args, const std::string& name) {
   std::vector<std::string> full = args;
   full.insert(full.begin(), CarpoolBin());
-  const std::string out = (dir() / (name + ".out")).string();
-  const std::string err = (dir() / (name + ".err")).string();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int in = ::open("/dev/null", O_RDONLY);
-    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(in, 0);
-    ::dup2(o, 1);
-    ::dup2(e, 2);
-    std::vector<char*> argv;
-    for (const std::string& a : full) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
+  pid_t pid = SpawnProcess(full, dir() / (name + ".out"), dir() / (name + ".err"));
   children_.push_back(pid);
   return pid;
 }

@@ -26,6 +26,13 @@ struct CliResult {
   std::string out, err;
 };
 
+// The `carpool` binary under test: $CARPOOL_BIN_DIR/carpool (set by ctest), else the build's.
+std::string CarpoolBin();
+// The whole content of a file ("" when it cannot be read).
+std::string Slurp(const fs::path& file);
+// fork+exec of argv (argv[0] a path) with stdin from /dev/null and stdout/stderr into files.
+pid_t SpawnProcess(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err);
+
 // The first number after "key": in a JSON text; NaN when absent.
 double JsonNumber(const std::string& json, const std::string& key);
 // The flat objects of the array "key":[{...},{...}] (objects without nested objects).
