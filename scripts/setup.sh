@@ -10,6 +10,8 @@ PACKAGES=(
   libroaring-dev libboost-dev libboost-program-options-dev libfmt-dev libsqlite3-dev zlib1g-dev
   # the narrow OpenCV set (the full libopencv-dev is ~800 MB)
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
+  # decoders of the portable bundle (scripts/bundle.sh): TurboJPEG and libpng
+  libturbojpeg0-dev libpng-dev
   # tests and benchmarks
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   # python side and the embedded default dataset
