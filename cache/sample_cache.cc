@@ -217,4 +217,8 @@ CacheStats SampleCache::Stats() const {
   return stats;
 }
 
+std::span<uint8_t> SampleCache::Mapping() const {
+  return segment_ ? segment_->Mapping() : std::span<uint8_t>();
+}
+
 }  // namespace carpool::cache

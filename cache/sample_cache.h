@@ -89,6 +89,9 @@ class SampleCache {
   CacheStats Stats() const;
   // Empty when the cache is disabled (capacity 0).
   const std::string& segment_name() const { return segment_name_; }
+  // The segment's whole mapping in this process (empty with --cache-size 0). Every span that
+  // PinnedData returns lies inside it. O(1).
+  std::span<uint8_t> Mapping() const;
   EvictionPolicy policy() const { return index_.policy(); }
 
  private:

@@ -47,6 +47,8 @@ class Segment {
   uint64_t data_bytes() const { return header_->page_count * header_->page_bytes; }
   uint64_t page_bytes() const { return header_->page_bytes; }
   uint64_t size() const { return header_->segment_bytes; }
+  // The whole mapping (header and data area), e.g. to register it for DMA once. O(1).
+  std::span<uint8_t> Mapping() const { return {base_, header_->segment_bytes}; }
 
   // Generation protocol, writer side; offsets are from the segment start and point at a slot
   // header. REQUIRES: the caller issues strictly increasing generations and serializes these calls.

@@ -87,11 +87,11 @@ __device__ void DispatchLayout(const uint8_t* src, const KernelImage& im, const 
 }
 
 __global__ void __launch_bounds__(kKernelThreads)
-    AssembleKernel(const uint8_t* staging, const KernelJob* jobs, const KernelImage* images) {
+    AssembleKernel(const KernelJob* jobs, const KernelImage* images) {
   __shared__ float lut[kKernelMaxChannels * 256];
   const KernelImage im = images[blockIdx.x];
   const KernelJob job = jobs[im.job];
-  const uint8_t* src = staging + im.src_offset;
+  const uint8_t* src = im.src;
   if (job.dtype == kUint8) {  // uniform per block: the barrier below is not divergent
     DispatchLayout<uint8_t>(src, im, job, lut);
     return;
@@ -109,11 +109,10 @@ __global__ void __launch_bounds__(kKernelThreads)
 
 }  // namespace
 
-cudaError_t LaunchAssembleKernel(const uint8_t* staging, const KernelJob* jobs,
-                                 const KernelImage* images, int num_images, int blocks_per_image,
-                                 cudaStream_t stream) {
+cudaError_t LaunchAssembleKernel(const KernelJob* jobs, const KernelImage* images,
+                                 int num_images, int blocks_per_image, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(num_images), static_cast<unsigned>(blocks_per_image));
-  AssembleKernel<<<grid, kKernelThreads, 0, stream>>>(staging, jobs, images);
+  AssembleKernel<<<grid, kKernelThreads, 0, stream>>>(jobs, images);
   return cudaGetLastError();
 }
 

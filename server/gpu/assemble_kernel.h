@@ -26,9 +26,9 @@ struct KernelJob {
   uint8_t reserved;
 };
 
-// Per output image: where its prepared sample sits in staging and its crop window.
+// Per output image: where its prepared sample sits on the device and its crop window.
 struct KernelImage {
-  uint64_t src_offset;  // bytes from the staging base
+  const uint8_t* src;  // device address of the prepared sample: in staging or the resident area
   void* dst;            // device address of the output image
   int32_t src_width;    // pixels per row of the prepared sample
   int32_t y;            // window top-left corner
@@ -39,10 +39,9 @@ struct KernelImage {
 };
 
 // Enqueues the kernel on `stream` over images[0, num_images) with blocks_per_image blocks each.
-// jobs and images are device pointers. Returns the launch error, if any (cudaGetLastError).
-cudaError_t LaunchAssembleKernel(const uint8_t* staging, const KernelJob* jobs,
-                                 const KernelImage* images, int num_images, int blocks_per_image,
-                                 cudaStream_t stream);
+// jobs and images (and every image's src) are device pointers. Returns the launch error, if any (cudaGetLastError).
+cudaError_t LaunchAssembleKernel(const KernelJob* jobs, const KernelImage* images,
+                                 int num_images, int blocks_per_image, cudaStream_t stream);
 
 }  // namespace carpool::gpu
 

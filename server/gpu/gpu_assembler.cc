@@ -14,6 +14,7 @@
 namespace carpool::gpu {
 namespace {
 
+constexpr size_t kNoUpload = static_cast<size_t>(-1);
 constexpr size_t kStagingAlign = 256;  // each sample starts on a fresh 256-byte segment
 constexpr size_t kGrowQuantum = size_t{1} << 20;
 constexpr int kPixelsPerThread = 8;  // work per thread before another block pays off
@@ -63,7 +64,8 @@ struct GpuAssembler::Plan {
     size_t bytes = 0;
   };
   std::vector<KernelJob> jobs;
-  std::vector<KernelImage> images;  // src_offset holds the upload index until Finish
+  std::vector<KernelImage> images;  // src is set by Finish, or at once for device sources
+  std::vector<size_t> image_upload;  // per image: its upload, or kNoUpload for a device source
   std::vector<Upload> uploads;
   std::vector<Copy> copies;
   size_t staging_bytes = 0;
@@ -73,8 +75,8 @@ struct GpuAssembler::Plan {
   size_t descriptor_bytes = 0;
   int blocks_per_image = 1;
 
-  Status Add(int job, const JobBatchRequest& req, int device,
-             std::unordered_map<const uint8_t*, size_t>& unique);
+  Status Add(int job, const JobBatchRequest& req, std::span<const uint8_t* const> device_sources,
+             int device, std::unordered_map<const uint8_t*, size_t>& unique);
   void Finish();
 };
 
@@ -98,12 +100,18 @@ void GpuAssembler::Plan::Finish() {
     staging_bytes += AlignUp(bytes, kStagingAlign);
     upload_bytes += bytes;
   }
-  for (KernelImage& im : images) im.src_offset = uploads[im.src_offset].offset;
+  // src holds the staging offset until Enqueue knows the staging base.
+  for (size_t i = 0; i < images.size(); ++i) {
+    if (image_upload[i] != kNoUpload) {
+      images[i].src = reinterpret_cast<const uint8_t*>(uploads[image_upload[i]].offset);
+    }
+  }
   images_offset = AlignUp(jobs.size() * sizeof(KernelJob), 16);
   descriptor_bytes = images_offset + images.size() * sizeof(KernelImage);
 }
 
-Status GpuAssembler::Plan::Add(int job, const JobBatchRequest& req, int device,
+Status GpuAssembler::Plan::Add(int job, const JobBatchRequest& req,
+                               std::span<const uint8_t* const> device_sources, int device,
                                std::unordered_map<const uint8_t*, size_t>& unique) {
   if (req.seeds.size() != req.samples.size()) {
     return Status::InvalidArgument(fmt::format("job {}: batch has {} samples but {} seeds", job,
@@ -140,9 +148,28 @@ Status GpuAssembler::Plan::Add(int job, const JobBatchRequest& req, int device,
                      (kKernelThreads * kPixelsPerThread);
   blocks_per_image = std::max(blocks_per_image, std::min(wanted, kMaxBlocksPerImage));
 
+  if (!device_sources.empty() && device_sources.size() != req.samples.size()) {
+    return Status::InvalidArgument(fmt::format("job {}: {} device sources for {} samples", job,
+                                               device_sources.size(), req.samples.size()));
+  }
   auto* dst = static_cast<std::byte*>(req.device_dst);
   for (size_t i = 0; i < req.samples.size(); ++i) {
     const PreparedView& view = req.samples[i];
+    const CropWindow w = DrawCropWindow(req.spec, view.shape, req.seeds[i]);
+    KernelImage image{.src = nullptr,
+                      .dst = dst + i * image_bytes,
+                      .src_width = view.shape.width,
+                      .y = w.y,
+                      .x = w.x,
+                      .flip = w.flip ? 1 : 0,
+                      .job = job,
+                      .reserved = 0};
+    if (!device_sources.empty() && device_sources[i] != nullptr) {
+      image.src = device_sources[i];
+      images.push_back(image);
+      image_upload.push_back(kNoUpload);
+      continue;
+    }
     auto [it, inserted] = unique.try_emplace(view.data, uploads.size());
     if (inserted) {
       uploads.push_back({view.data, view.shape, 0});
@@ -154,15 +181,8 @@ Status GpuAssembler::Plan::Add(int job, const JobBatchRequest& req, int device,
           job, i, static_cast<const void*>(view.data), seen.height, seen.width, seen.channels,
           view.shape.height, view.shape.width, view.shape.channels));
     }
-    const CropWindow w = DrawCropWindow(req.spec, view.shape, req.seeds[i]);
-    images.push_back({.src_offset = it->second,
-                      .dst = dst + i * image_bytes,
-                      .src_width = view.shape.width,
-                      .y = w.y,
-                      .x = w.x,
-                      .flip = w.flip ? 1 : 0,
-                      .job = job,
-                      .reserved = 0});
+    images.push_back(image);
+    image_upload.push_back(it->second);
   }
   output_bytes += image_bytes * req.samples.size();
   return Status::OK();
@@ -233,9 +253,15 @@ Status GpuAssembler::Enqueue(const Plan& plan, cudaStream_t stream) {
   }
   if (Status s = tables_copied_.Synchronize(); !s.ok()) return s;
   auto* host = static_cast<std::byte*>(host_descriptors_.data());
+  auto* staging = static_cast<uint8_t*>(staging_.data());
   std::memcpy(host, plan.jobs.data(), plan.jobs.size() * sizeof(KernelJob));
-  std::memcpy(host + plan.images_offset, plan.images.data(),
-              plan.images.size() * sizeof(KernelImage));
+  auto* host_images = reinterpret_cast<KernelImage*>(host + plan.images_offset);
+  std::memcpy(host_images, plan.images.data(), plan.images.size() * sizeof(KernelImage));
+  for (size_t i = 0; i < plan.images.size(); ++i) {  // staging offsets become addresses
+    if (plan.image_upload[i] != kNoUpload) {
+      host_images[i].src = staging + reinterpret_cast<uintptr_t>(plan.images[i].src);
+    }
+  }
   if (Status s = CudaCheck(cudaMemcpyAsync(descriptors_.data(), host, plan.descriptor_bytes,
                                            cudaMemcpyHostToDevice, stream),
                            "cudaMemcpyAsync(descriptor tables)");
@@ -243,7 +269,6 @@ Status GpuAssembler::Enqueue(const Plan& plan, cudaStream_t stream) {
     return s;
   }
   if (Status s = tables_copied_.Record(stream); !s.ok()) return s;
-  auto* staging = static_cast<uint8_t*>(staging_.data());
   for (const Plan::Copy& copy : plan.copies) {
     if (Status s = CudaCheck(cudaMemcpyAsync(staging + copy.offset, copy.host, copy.bytes,
                                              cudaMemcpyHostToDevice, stream),
@@ -255,7 +280,7 @@ Status GpuAssembler::Enqueue(const Plan& plan, cudaStream_t stream) {
   total_uploads_ += plan.uploads.size();
   auto* tables = static_cast<std::byte*>(descriptors_.data());
   if (Status s = CudaCheck(
-          LaunchAssembleKernel(staging, reinterpret_cast<const KernelJob*>(tables),
+          LaunchAssembleKernel(reinterpret_cast<const KernelJob*>(tables),
                                reinterpret_cast<const KernelImage*>(tables + plan.images_offset),
                                static_cast<int>(plan.images.size()), plan.blocks_per_image,
                                stream),
@@ -266,8 +291,9 @@ Status GpuAssembler::Enqueue(const Plan& plan, cudaStream_t stream) {
   return done_.Record(stream);
 }
 
-Result<AssembleStats> GpuAssembler::AssembleBatches(std::span<const JobBatchRequest> jobs,
-                                                    cudaStream_t stream) {
+Result<AssembleStats> GpuAssembler::AssembleBatches(
+    std::span<const JobBatchRequest> jobs, cudaStream_t stream,
+    std::span<const std::span<const uint8_t* const>> device_sources) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
     return Status::InvalidArgument(
         "AssembleBatches needs a created stream, not the default stream; use CudaStream::Create");
@@ -285,7 +311,11 @@ Result<AssembleStats> GpuAssembler::AssembleBatches(std::span<const JobBatchRequ
   Plan plan;
   std::unordered_map<const uint8_t*, size_t> unique;
   for (size_t j = 0; j < jobs.size(); ++j) {
-    if (Status s = plan.Add(static_cast<int>(j), jobs[j], device_, unique); !s.ok()) return s;
+    const std::span<const uint8_t* const> sources =
+        j < device_sources.size() ? device_sources[j] : std::span<const uint8_t* const>();
+    if (Status s = plan.Add(static_cast<int>(j), jobs[j], sources, device_, unique); !s.ok()) {
+      return s;
+    }
   }
   plan.Finish();
   if (Status s = Reserve(plan); !s.ok()) return s;

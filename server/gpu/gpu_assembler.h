@@ -59,8 +59,12 @@ class GpuAssembler {
   // REQUIRES: the sample bytes stay valid and unchanged until then; samples in registered or
   // pinned memory are copied by DMA, asynchronously; pageable ones through CUDA's bounce buffer.
   // Calls on different streams are ordered against each other through the staging area.
-  Result<AssembleStats> AssembleBatches(std::span<const JobBatchRequest> jobs,
-                                        cudaStream_t stream);
+  // device_sources: empty, or one span per job that is empty or holds one entry per sample; a
+  // non-null entry is that sample's bytes already on this device (a resident area), read in
+  // place and not uploaded.
+  Result<AssembleStats> AssembleBatches(
+      std::span<const JobBatchRequest> jobs, cudaStream_t stream,
+      std::span<const std::span<const uint8_t* const>> device_sources = {});
 
   int device() const { return device_; }
   // Samples copied host to device over the assembler's life.
