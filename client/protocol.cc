@@ -148,6 +148,11 @@ void Put(Writer& w, const JobInfo& m) {
   w.Str(m.segment_name);
   w.Int(m.slot_count);
   w.Int(m.slot_bytes);
+  w.Int(static_cast<uint32_t>(m.device));
+  w.Str(m.device_handle);
+  w.Str(m.device_pci_bus_id);
+  w.Int(m.device_slot_stride);
+  w.Int(m.device_slot_bytes);
 }
 void Get(Reader& r, JobInfo& m) {
   m.job_id = r.Int<uint64_t>("job_id");
@@ -188,6 +193,25 @@ void Get(Reader& r, JobInfo& m) {
   }
   if (m.slot_count == 0) r.Fail("slot_count is 0");
   if (m.batch_size == 0) r.Fail("batch_size is 0");
+  m.device = static_cast<int32_t>(r.Int<uint32_t>("device"));
+  m.device_handle = r.Str("device_handle", kIpcHandleBytes);
+  m.device_pci_bus_id = r.Str("device_pci_bus_id", kMaxNameBytes);
+  m.device_slot_stride = r.Int<uint64_t>("device_slot_stride");
+  m.device_slot_bytes = r.Int<uint64_t>("device_slot_bytes");
+  if (m.device < -1) r.Fail(fmt::format("device is {}, expected -1 or a device index", m.device));
+  if (m.device >= 0) {
+    if (m.device_handle.size() != kIpcHandleBytes) {
+      r.Fail(fmt::format("device_handle is {} bytes, expected {}", m.device_handle.size(),
+                         kIpcHandleBytes));
+    }
+    if (m.device_slot_bytes == 0 || m.device_slot_stride < m.device_slot_bytes ||
+        m.device_slot_stride > (uint64_t{1} << 40) / m.slot_count) {
+      r.Fail(fmt::format("device slots of {} bytes at stride {} are empty, overlap or exceed 2^40",
+                         m.device_slot_bytes, m.device_slot_stride));
+    }
+  } else if (!m.device_handle.empty() || m.device_slot_bytes != 0 || m.device_slot_stride != 0) {
+    r.Fail("a CPU job (device -1) carries device slot fields");
+  }
 }
 
 void Put(Writer& w, const BatchReady& m) {
@@ -202,6 +226,8 @@ void Put(Writer& w, const BatchReady& m) {
     w.Int(v);
   }
   w.Int(m.skipped);
+  w.Int(static_cast<uint8_t>(m.on_device));
+  w.Int(m.device_labels_offset);
 }
 void Get(Reader& r, BatchReady& m) {
   m.job_id = r.Int<uint64_t>("job_id");
@@ -227,6 +253,10 @@ void Get(Reader& r, BatchReady& m) {
                        m.labels_bytes, m.ids_bytes, m.sample_count));
   }
   if (m.labels_offset % 4 != 0 || m.ids_offset % 4 != 0) r.Fail("labels/ids are not 4-aligned");
+  m.on_device = r.Bool("on_device");
+  m.device_labels_offset = r.Int<uint64_t>("device_labels_offset");
+  if (m.device_labels_offset % 8 != 0) r.Fail("device labels are not 8-aligned");
+  if (!m.on_device && m.device_labels_offset != 0) r.Fail("a host batch has device labels");
 }
 
 void Put(Writer& w, const Release& m) {

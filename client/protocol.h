@@ -21,13 +21,14 @@
 namespace carpool::protocol {
 
 inline constexpr uint32_t kFrameMagic = 0x4C505243;  // "CRPL" as little-endian bytes
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;  // 2: device batch slots (CUDA IPC)
 inline constexpr size_t kFrameHeaderBytes = 12;
 inline constexpr uint32_t kMaxPayloadBytes = 1u << 20;  // 1 MiB; larger frames are rejected
 inline constexpr uint32_t kMaxNameBytes = 256;          // dataset, device, segment names
 inline constexpr uint32_t kMaxTransformBytes = 1024;
 inline constexpr uint32_t kMaxMessageBytes = 64 * 1024;  // error messages, client names
 inline constexpr uint32_t kMaxImageRank = 4;
+inline constexpr uint32_t kIpcHandleBytes = 64;  // sizeof(cudaIpcMemHandle_t)
 
 enum class MessageType : uint16_t {
   kHello = 1,         // client -> server, first frame of every connection
@@ -94,6 +95,13 @@ struct JobInfo {
   std::string segment_name;  // shared-memory batch slot segment (see batch_slot_layout.h)
   uint32_t slot_count = 0;
   uint64_t slot_bytes = 0;
+  // A GPU job (device >= 0): its images and int64 labels live in device batch slots, one device
+  // allocation of slot_count * device_slot_stride bytes exported as a legacy CUDA IPC handle.
+  int32_t device = -1;            // the server's CUDA device index; -1 for a CPU job
+  std::string device_handle;      // cudaIpcMemHandle_t, kIpcHandleBytes; empty for a CPU job
+  std::string device_pci_bus_id;  // of that device, so the client can check it opens the same one
+  uint64_t device_slot_stride = 0;
+  uint64_t device_slot_bytes = 0;
   bool operator==(const JobInfo&) const = default;
 };
 
@@ -110,6 +118,10 @@ struct BatchReady {
   uint64_t labels_offset = 0, labels_bytes = 0;
   uint64_t ids_offset = 0, ids_bytes = 0;
   uint32_t skipped = 0;  // samples of this batch's range skipped as unreadable
+  // A GPU job's batch: images_* are relative to device slot `slot`, which also holds the labels
+  // as int64 at device_labels_offset; labels_* and ids_* stay in the host slot.
+  bool on_device = false;
+  uint64_t device_labels_offset = 0;
   bool operator==(const BatchReady&) const = default;
 };
 

@@ -42,12 +42,31 @@ BatchReady SampleBatchReady() {
   return m;
 }
 
+JobInfo SampleGpuJobInfo() {
+  JobInfo m = SampleJobInfo();
+  m.device = 1;
+  m.device_handle = std::string(kIpcHandleBytes, '\x5a');
+  m.device_pci_bus_id = "0000:1B:00.0";
+  m.device_slot_stride = 77 << 20;
+  m.device_slot_bytes = (77 << 20) - 256;
+  return m;
+}
+
+BatchReady SampleGpuBatchReady() {
+  BatchReady m = SampleBatchReady();
+  m.on_device = true;
+  m.device_labels_offset = 8192;
+  return m;
+}
+
 std::vector<Message> OneOfEach() {
   return {Hello{1234, "trainer-7"},
           HelloReply{"inst-1", 2000, kMaxPayloadBytes, 65536, 64},
           CreateJob{"imagenet", 256, 2, "random_crop(224)|flip", "cuda:0", 4, true, 99},
           SampleJobInfo(),
+          SampleGpuJobInfo(),
           SampleBatchReady(),
+          SampleGpuBatchReady(),
           Release{42, 3, 17},
           Heartbeat{},
           StatsRequest{42},
@@ -59,7 +78,7 @@ std::vector<Message> OneOfEach() {
 
 TEST(ProtocolTest, EveryMessageRoundTrips) {
   std::vector<Message> all = OneOfEach();
-  ASSERT_EQ(all.size(), size_t{kMaxMessageType});
+  ASSERT_EQ(all.size(), size_t{kMaxMessageType} + 2);  // job-info and batch-ready twice: CPU, GPU
   for (const Message& m : all) {
     auto frame = EncodeFrame(m);
     ASSERT_TRUE(frame.ok()) << frame.status().ToString();
@@ -76,7 +95,7 @@ TEST(ProtocolTest, EveryMessageRoundTrips) {
 TEST(ProtocolTest, HeaderIsLittleEndian) {
   auto frame = EncodeFrame(Release{1, 2, 3});
   ASSERT_TRUE(frame.ok());
-  const std::vector<uint8_t> expected = {'C', 'R', 'P', 'L', 1, 0, 6, 0, 20, 0, 0, 0};
+  const std::vector<uint8_t> expected = {'C', 'R', 'P', 'L', 2, 0, 6, 0, 20, 0, 0, 0};
   EXPECT_EQ(std::vector<uint8_t>(frame->begin(), frame->begin() + 12), expected);
   EXPECT_EQ((*frame)[12], 1);  // job_id low byte first
 }
@@ -94,8 +113,8 @@ TEST(ProtocolTest, RejectsBadHeaders) {
   bad_magic[0] ^= 0xff;
   ExpectRejected(bad_magic, "magic");
   auto bad_version = good;
-  bad_version[4] = 2;
-  ExpectRejected(bad_version, "version 2");
+  bad_version[4] = 1;  // version 1 (no device fields) is no longer spoken
+  ExpectRejected(bad_version, "version 1");
   auto unknown = good;
   unknown[6] = 13;
   ExpectRejected(unknown, "unknown message type 13");
@@ -141,6 +160,28 @@ TEST(ProtocolTest, RejectsOutOfRangeFields) {
   info = SampleJobInfo();
   info.sample_shape = {0xffffffff, 0xffffffff, 0xffffffff};
   EXPECT_FALSE(EncodeFrame(info).ok());
+
+  // Device slot fields: a handle of the wrong size, overlapping slots, or on a CPU job.
+  info = SampleGpuJobInfo();
+  info.device_handle.pop_back();
+  EXPECT_FALSE(EncodeFrame(info).ok());
+  info = SampleGpuJobInfo();
+  info.device_slot_stride = info.device_slot_bytes - 1;
+  EXPECT_FALSE(EncodeFrame(info).ok());
+  info = SampleGpuJobInfo();
+  info.device = -1;
+  EXPECT_FALSE(EncodeFrame(info).ok());
+  info = SampleGpuJobInfo();
+  info.device = -2;
+  info.device_handle.clear();
+  info.device_slot_bytes = info.device_slot_stride = 0;
+  EXPECT_FALSE(EncodeFrame(info).ok());
+  BatchReady device_batch = SampleGpuBatchReady();
+  device_batch.device_labels_offset = 8193;
+  EXPECT_FALSE(EncodeFrame(device_batch).ok());
+  device_batch.on_device = false;
+  device_batch.device_labels_offset = 8192;
+  EXPECT_FALSE(EncodeFrame(device_batch).ok());
 
   CreateJob job{std::string(kMaxNameBytes + 1, 'x'), 1, 1, "", "cpu", 1, false, 0};
   auto r = EncodeFrame(job);
