@@ -39,6 +39,17 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   if (!cache.ok()) return cache.status();
   e->cache_ = std::move(*cache);
   e->refs_.cache = e->cache_.get();
+  GpuServiceOptions go;
+  go.devices = options.gpus;
+  go.resident_bytes = options.gpu_cache_bytes;
+  go.host_region = e->cache_->Mapping();
+  go.next_use = [raw = e.get()](std::span<const uint32_t> samples, std::span<double> out) {
+    std::lock_guard lock(raw->mu_);
+    for (size_t i = 0; i < samples.size(); ++i) out[i] = raw->scheduler_->NextUse(samples[i]);
+  };
+  Result<std::vector<std::unique_ptr<GpuService>>> gpus = CreateGpuServices(go);
+  if (!gpus.ok()) return gpus.status();
+  e->gpus_ = std::move(*gpus);
   uint32_t workers = options.workers;
   if (workers == 0) workers = std::max(1u, std::thread::hardware_concurrency());
   // Parallelism comes from the pool; OpenCV's own threads would only oversubscribe the cores.
@@ -74,11 +85,8 @@ void Engine::Wake() {
 
 Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
                                             std::shared_ptr<JobSink> sink) {
-  if (request.device != "cpu") {
-    return Status::InvalidArgument(fmt::format(
-        "device \"{}\" is not served by this server (CPU batches only); use device \"cpu\"",
-        request.device));
-  }
+  Result<int> device = ParseDevice(request.device);
+  if (!device.ok()) return device.status();
   Result<TransformSpec> transform = ParseTransformSpec(request.transform);
   if (!transform.ok()) {
     return Status::InvalidArgument(
@@ -111,6 +119,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   job->transform = *transform;
   job->image = *image;
   job->sink = std::move(sink);
+  job->gpu = ServedGpu(*device);
   {
     std::lock_guard lock(mu_);
     Status added = samples_.Add(*dataset);
@@ -118,7 +127,15 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     job->sched = next_job_id_++;
     job->id = job->sched;
   }
-  const slots::BatchLayout full = slots::PlanBatchLayout(request.batch_size, image->bytes());
+  // A GPU job's host slot holds only labels and ids; its images go to its device slot.
+  const slots::BatchLayout full =
+      slots::PlanBatchLayout(request.batch_size, job->gpu ? 0 : image->bytes());
+  if (job->gpu != nullptr) {
+    Result<std::unique_ptr<DeviceSlots>> device_slots =
+        job->gpu->CreateSlots(request.prefetch, request.batch_size, image->bytes());
+    if (!device_slots.ok()) return device_slots.status();
+    job->device_slots = std::move(*device_slots);
+  }
   Result<std::unique_ptr<BatchPool>> pool =
       BatchPool::Create(BatchPool::SegmentName(options_.instance, job->id), job->id,
                         request.prefetch, full.total_bytes);
@@ -145,6 +162,13 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   info.segment_name = job->pool->name();
   info.slot_count = job->pool->slot_count();
   info.slot_bytes = job->pool->slot_bytes();
+  if (job->device_slots) {
+    info.device = job->device_slots->device();
+    info.device_handle = job->device_slots->ipc_handle();
+    info.device_pci_bus_id = job->device_slots->pci_bus_id();
+    info.device_slot_stride = job->device_slots->stride();
+    info.device_slot_bytes = job->device_slots->slot_bytes();
+  }
 
   {
     std::lock_guard lock(mu_);
@@ -155,9 +179,9 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     Status added = scheduler_->AddJob(job->sched, dataset->info.ids, request.epochs,
                                       prefetch_samples, job->created);
     if (!added.ok()) return added;
-    log::Info("job {}: dataset \"{}\" ({} samples), batch {}, {} epoch(s), transform \"{}\"",
+    log::Info("job {}: dataset \"{}\" ({} samples), batch {}, {} epoch(s), transform \"{}\", {}",
               job->id, request.dataset, job->dataset_size, request.batch_size, request.epochs,
-              transform->ToString());
+              transform->ToString(), job->gpu ? fmt::format("cuda:{}", *device) : "cpu");
     jobs_[job->id] = std::move(job);
     ++jobs_created_;
     woken_ = true;
@@ -204,6 +228,40 @@ void Engine::RemoveJob(uint64_t job_id) {
   }
   wake_.notify_one();
   job.reset();  // unlinks the batch segment outside the lock
+}
+
+GpuService* Engine::ServedGpu(int device) const {
+  for (const auto& gpu : gpus_) {
+    if (gpu->device() == device) return gpu.get();
+  }
+  return nullptr;
+}
+
+Result<int> Engine::ParseDevice(const std::string& device) const {
+  if (device == "cpu") return -1;
+  std::string served;
+  for (const auto& gpu : gpus_) {
+    served += fmt::format("{}cuda:{}", served.empty() ? "" : ", ", gpu->device());
+  }
+  const std::string hint =
+      served.empty() ? std::string("this server serves no GPU (start it with --gpus 0 or --gpus "
+                                   "all on a machine with GPUs), so use device \"cpu\"")
+                     : fmt::format("this server serves {}; use one of those or \"cpu\"", served);
+  int index = -1;
+  if (device == "cuda") {
+    index = 0;
+  } else if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() <= 9 &&
+             device.find_first_not_of("0123456789", 5) == std::string::npos) {
+    index = std::stoi(device.substr(5));
+  } else {
+    return Status::InvalidArgument(
+        fmt::format("device \"{}\" is not \"cpu\" or \"cuda:N\"; {}", device, hint));
+  }
+  if (ServedGpu(index) == nullptr) {
+    return Status::InvalidArgument(
+        fmt::format("device \"{}\" is not served by this server: {}", device, hint));
+  }
+  return index;
 }
 
 void Engine::CoordinatorLoop() {

@@ -28,6 +28,7 @@
 #include "datasets/sample_reader.h"
 #include "server/batch_pool.h"
 #include "server/engine_samples.h"
+#include "server/gpu_service.h"
 #include "server/job_service.h"
 #include "server/scheduler.h"
 #include "server/transform.h"
@@ -37,6 +38,7 @@ namespace carpool {
 
 inline constexpr uint64_t kDefaultCacheBytes = uint64_t{1} << 30;  // 1 GiB
 inline constexpr uint64_t kDefaultLookahead = 1024;                // samples
+inline constexpr uint64_t kDefaultGpuCacheBytes = uint64_t{2} << 30;  // 2 GiB per GPU
 
 struct EngineOptions {
   std::string instance = "default";  // names the cache and batch slot segments
@@ -46,6 +48,8 @@ struct EngineOptions {
   uint64_t lookahead = kDefaultLookahead;
   uint64_t seed = 1;
   std::chrono::milliseconds tick{5};  // the coordinator's longest sleep between wakes
+  std::vector<int> gpus;               // CUDA devices served (--gpus); empty: CPU batches only
+  uint64_t gpu_cache_bytes = kDefaultGpuCacheBytes;  // resident sample area per GPU
 };
 
 class Engine : public JobService {
@@ -119,6 +123,9 @@ class Engine : public JobService {
 
   std::string JobJson(const Job& job) const;  // REQUIRES: mu_ (engine_stats.cc)
   std::string ServerJson() const;             // REQUIRES: mu_
+  GpuService* ServedGpu(int device) const;     // null when not served
+  // "cpu" -> -1, "cuda" / "cuda:N" -> N; the error names the devices served.
+  Result<int> ParseDevice(const std::string& device) const;
 
   const EngineOptions options_;
   const Catalog* catalog_;
@@ -134,6 +141,9 @@ class Engine : public JobService {
   RefSink refs_;
   std::unique_ptr<Scheduler> scheduler_;       // GUARDED_BY(mu_)
   std::unique_ptr<cache::SampleCache> cache_;  // thread-safe; Allocate under mu_
+  // Thread-safe; after cache_ (its registration of the segment goes first) and before jobs_
+  // (their device slots go first). Lock order: a GPU's own mutex, then mu_ (its next-use query).
+  std::vector<std::unique_ptr<GpuService>> gpus_;
   SampleTable samples_;                        // GUARDED_BY(mu_)
   std::map<uint64_t, std::unique_ptr<Job>> jobs_;  // GUARDED_BY(mu_)
   uint32_t next_job_id_ = 1;                       // GUARDED_BY(mu_)

@@ -11,6 +11,7 @@
 #include "client/protocol.h"
 #include "server/batch_pool.h"
 #include "server/engine.h"
+#include "server/gpu_service.h"
 #include "server/transform.h"
 
 namespace carpool {
@@ -24,7 +25,9 @@ struct Engine::Job {
   TransformSpec transform;
   ImageShape image;  // of one transformed sample
   std::shared_ptr<JobSink> sink;
-  std::unique_ptr<BatchPool> pool;
+  std::unique_ptr<BatchPool> pool;  // labels and ids (and the images of a CPU job)
+  GpuService* gpu = nullptr;       // the GPU that builds its batches, or null for the CPU
+  std::unique_ptr<DeviceSlots> device_slots;  // images and int64 labels, slot i = pool slot i
   double created = 0;  // Engine::Now()
 
   // Progress.

@@ -3,8 +3,11 @@
 
 #include <string>
 
+#include <sys/resource.h>
+
 #include "server/engine.h"
 #include "server/engine_job.h"
+#include "server/gpu_service.h"
 
 namespace carpool {
 namespace {
@@ -41,10 +44,11 @@ std::string Engine::JobJson(const Job& job) const {
       "{{\"id\":{},\"dataset\":{},\"batch_size\":{},\"epochs\":{},\"epoch\":{},\"progress\":{:.4f},"
       "\"rate\":{:.2f},\"remaining\":{},\"queue_depth\":{},\"deliveries\":{},\"batches\":{},"
       "\"skipped\":{},\"dropped\":{},\"prefetch\":{},\"unreleased\":{},\"assembling\":{},"
-      "\"done\":{}}}",
+      "\"done\":{},\"device\":{}}}",
       job.id, JsonString(job.request.dataset), job.request.batch_size, job.request.epochs,
       job.epoch, progress, rate, remaining, queued, job.deliveries, job.batches, job.skipped,
-      job.dropped, job.request.prefetch, job.pool->PublishedCount(), job.assembling, job.done);
+      job.dropped, job.request.prefetch, job.pool->PublishedCount(), job.assembling, job.done,
+      JsonString(job.gpu ? fmt::format("cuda:{}", job.gpu->device()) : "cpu"));
 }
 
 std::string Engine::ServerJson() const {
@@ -55,6 +59,23 @@ std::string Engine::ServerJson() const {
     tree += fmt::format("{}{{\"job\":{},\"remaining\":{},\"spine\":{},\"leaf\":{}}}",
                         tree.empty() ? "" : ",", n.job, n.remaining, n.spine, n.leaf);
   }
+  std::string gpus;
+  for (const auto& gpu : gpus_) {
+    const GpuCounters g = gpu->Counters();
+    gpus += fmt::format(
+        "{}{{\"device\":{},\"name\":{},\"batches\":{},\"images\":{},\"uploads\":{},"
+        "\"upload_bytes\":{},\"resident_hits\":{},\"resident_evictions\":{},"
+        "\"resident_bytes\":{},\"resident_capacity\":{},\"pool_bytes\":{},\"pool_slots\":{},"
+        "\"assemble_seconds\":{:.6f}}}",
+        gpus.empty() ? "" : ",", g.device, JsonString(g.name), g.batches, g.images, g.uploads,
+        g.upload_bytes, g.resident_hits, g.resident_evictions, g.resident_bytes,
+        g.resident_capacity, g.pool_bytes, g.pool_slots, g.assemble_seconds);
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double cpu_seconds =
+      static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+      static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
   const cache::CacheStats c = cache_->Stats();
   const uint64_t preparations = preparations_ + transient_preparations_;
   const double sharing = preparations == 0 ? 0.0 : static_cast<double>(deliveries_) / preparations;
@@ -65,14 +86,15 @@ std::string Engine::ServerJson() const {
       "\"entries\":{},\"pending\":{},\"hits\":{},\"misses\":{},\"insertions\":{},\"evictions\":{}}},"
       "\"preparations\":{},\"cached_preparations\":{},\"transient_preparations\":{},"
       "\"deliveries\":{},\"batches\":{},\"sharing_ratio\":{:.4f},\"skipped\":{},\"bad_samples\":{},"
-      "\"pins\":{},\"refcount_total\":{},\"in_flight\":{},\"rounds\":{},\"tree\":[{}]}}",
+      "\"pins\":{},\"refcount_total\":{},\"in_flight\":{},\"rounds\":{},\"tree\":[{}],"
+      "\"cpu_seconds\":{:.3f},\"gpus\":[{}]}}",
       JsonString(options_.instance), Now(), workers_->size(), options_.lookahead,
       JsonString(cache::EvictionPolicyName(options_.policy)), jobs, jobs_created_, jobs_removed_,
       c.index.capacity_bytes, c.index.bytes_used, c.index.bytes_pinned, c.payload_bytes,
       c.index.entries, c.pending, c.index.hits, c.index.misses, c.index.insertions,
       c.index.evictions, preparations, preparations_, transient_preparations_, deliveries_,
       batches_, sharing, skipped_, bad_.size(), pins_, refs_.total, in_flight_.size(),
-      scheduler_->rounds(), tree);
+      scheduler_->rounds(), tree, cpu_seconds, gpus);
 }
 
 std::string Engine::Stats(uint64_t job_id) {

@@ -9,6 +9,7 @@
 #include "server/assemble.h"
 #include "server/engine.h"
 #include "server/engine_job.h"
+#include "server/gpu_service.h"
 
 namespace carpool {
 
@@ -127,22 +128,38 @@ void Engine::Assemble(BatchTask task) {
   // Every batch index of an epoch is published, even with no sample in it (all skipped, or the
   // assembly failed), so that the client sees each batch's skipped count and no index is missing.
   auto n = static_cast<uint32_t>(views.size());
+  // A GPU job's host slot holds labels and ids only; its images go to its device slot.
+  const uint64_t host_image_bytes = job.gpu ? 0 : job.image.bytes();
   if (n > 0) {
-    const slots::BatchLayout full = slots::PlanBatchLayout(n, job.image.bytes());
+    const slots::BatchLayout full = slots::PlanBatchLayout(n, host_image_bytes);
     uint8_t* base = task.slot.data.data();
-    Result<ImageShape> assembled = AssembleBatch(job.transform, views, seeds,
-                                                 base + full.images_offset, full.images_bytes);
+    Status assembled;
+    if (job.gpu != nullptr) {
+      DeviceBatchRequest request;
+      request.spec = &job.transform;
+      request.samples = views;
+      request.sample_ids = ids;
+      request.seeds = seeds;
+      request.labels = labels;
+      request.slots = job.device_slots.get();
+      request.slot = task.slot.index;
+      assembled = job.gpu->Build(request);
+    } else {
+      assembled = AssembleBatch(job.transform, views, seeds, base + full.images_offset,
+                                full.images_bytes)
+                      .status();
+    }
     if (assembled.ok()) {
       std::memcpy(base + full.labels_offset, labels.data(), full.labels_bytes);
       std::memcpy(base + full.ids_offset, ids.data(), full.ids_bytes);
     } else {
       log::Error("job {}: batch {} of epoch {} not assembled, its {} samples are skipped: {}",
-                 job.id, task.batch_index, task.epoch, n, assembled.status().ToString());
+                 job.id, task.batch_index, task.epoch, n, assembled.ToString());
       skipped += n;
       n = 0;
     }
   }
-  const slots::BatchLayout layout = slots::PlanBatchLayout(n, job.image.bytes());
+  const slots::BatchLayout layout = slots::PlanBatchLayout(n, host_image_bytes);
   uint64_t unpinned = 0;
   for (const BatchItem& item : task.items) {
     if (!item.pinned) continue;
@@ -155,6 +172,12 @@ void Engine::Assemble(BatchTask task) {
     protocol::BatchReady ready = MakeBatchReady(job.id, task.slot.index, *generation, task.epoch,
                                                 task.batch_index, n, layout);
     ready.skipped = skipped;
+    if (job.gpu != nullptr) {  // images and int64 labels in the device slot of the same index
+      ready.on_device = true;
+      ready.images_offset = 0;
+      ready.images_bytes = uint64_t{n} * job.image.bytes();
+      ready.device_labels_offset = job.device_slots->labels_offset();
+    }
     job.sink->DeliverBatch(ready);
     delivered = true;
   } else {

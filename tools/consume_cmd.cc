@@ -51,6 +51,8 @@ int Consume(int argc, char** argv) {
       "transform", po::value(&job_options.transform),
       "per-job transform, e.g. \"random_crop(24)|flip|float32\" (default: none, uint8)")(
       "prefetch", po::value(&job_options.prefetch), "batches prepared ahead (default 4)")(
+      "device", po::value(&job_options.device),
+      "cpu, or cuda:N for batches built in device memory on GPU N (default cpu)")(
       "drop-last", po::bool_switch(&job_options.drop_last), "drop each epoch's partial batch")(
       "seed", po::value(&job_options.seed), "the job's transform seed (default 0)")(
       "step-ms", po::value(&step_ms), "sleep this long per batch, standing in for training")(

@@ -2,6 +2,7 @@
 // control plane, and runs until SIGINT or SIGTERM, then shuts down cleanly (jobs removed,
 // segments unlinked, socket removed).
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -109,6 +110,7 @@ constexpr uint32_t kMaxWorkers = 1024;
 
 int Serve(int argc, char** argv) {
   std::string state_dir, socket, cache_size = "1GiB", policy = "refcnt", lease = "2s";
+  std::string gpus = "all", gpu_cache_size = "2GiB";
   uint32_t workers = 0;
   uint64_t lookahead = kDefaultLookahead, seed = 1;
   po::options_description opts;
@@ -121,7 +123,12 @@ int Serve(int argc, char** argv) {
       "lookahead", po::value(&lookahead), "look-ahead L in samples (default 1024)")(
       "policy", po::value(&policy), "eviction policy: refcnt | next-use | lru (default refcnt)")(
       "seed", po::value(&seed), "the sampling tree's seed (default 1)")(
-      "lease", po::value(&lease), "remove a job silent this long, e.g. 2s or 500ms (default 2s)");
+      "lease", po::value(&lease), "remove a job silent this long, e.g. 2s or 500ms (default 2s)")(
+      "gpus", po::value(&gpus),
+      "CUDA devices to build GPU jobs' batches on: all | none | 0,2,... (default all: every GPU "
+      "found, none without one)")(
+      "gpu-cache-size", po::value(&gpu_cache_size),
+      "device-resident sample area per GPU, e.g. 4GiB; 0 = upload every use (default 2GiB)");
   po::variables_map vm;
   if (auto rc = ParseCommandLine(argc, argv, "carpool server", kUsage, opts, &vm)) return *rc;
   EngineOptions eo;
@@ -141,6 +148,12 @@ int Serve(int argc, char** argv) {
   eo.workers = workers;
   eo.lookahead = lookahead;
   eo.seed = seed;
+  Result<std::vector<int>> gpu_list = ParseGpuList(gpus, VisibleGpuCount());
+  if (!gpu_list.ok()) return Fail(gpu_list.status());
+  eo.gpus = *gpu_list;
+  Result<uint64_t> gpu_bytes = ParseBytes("--gpu-cache-size", gpu_cache_size);
+  if (!gpu_bytes.ok()) return Fail(gpu_bytes.status());
+  eo.gpu_cache_bytes = *gpu_bytes;
 
   Result<std::filesystem::path> dir = ResolveStateDir(state_dir);
   if (!dir.ok()) return Fail(dir.status());
@@ -175,12 +188,12 @@ int Serve(int argc, char** argv) {
   if (!plane.ok()) return Fail(plane.status());
   log::Info(
       "server {} listening on {} (cache {} bytes{}, policy {}, {} workers, look-ahead {}, lease "
-      "{} ms)",
+      "{} ms, GPUs: {})",
       eo.instance, *socket_path, eo.cache_bytes,
       (*engine)->cache_segment().empty() ? ", disabled"
                                          : ", segment " + (*engine)->cache_segment(),
       policy, eo.workers == 0 ? std::thread::hardware_concurrency() : eo.workers, eo.lookahead,
-      lease_ms->count());
+      lease_ms->count(), eo.gpus.empty() ? "none" : fmt::format("{}", fmt::join(eo.gpus, ",")));
 
   int signal = 0;
   sigwait(&stop_signals, &signal);

@@ -1,0 +1,326 @@
+// GpuService on CUDA: one per served GPU (server/gpu_service.h).
+#include "server/gpu_service.h"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "carpool/log.h"
+#include "server/gpu/cuda_check.h"
+#include "server/gpu/device_probe.h"
+#include "server/gpu/gpu_assembler.h"
+#include "server/resident_area.h"
+
+namespace carpool {
+namespace {
+
+constexpr uint64_t kSlotAlign = 256;
+uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+Status OnDevice(int device) {
+  return gpu::CudaCheck(cudaSetDevice(device), fmt::format("cudaSetDevice({})", device));
+}
+
+class CudaDeviceSlots : public DeviceSlots {
+ public:
+  int device() const override { return device_; }
+  uint32_t count() const override { return count_; }
+  uint64_t stride() const override { return stride_; }
+  uint64_t slot_bytes() const override { return slot_bytes_; }
+  uint64_t labels_offset() const override { return labels_offset_; }
+  const std::string& ipc_handle() const override { return handle_; }
+  const std::string& pci_bus_id() const override { return pci_; }
+  uint8_t* SlotBase(uint32_t slot) const {
+    return static_cast<uint8_t*>(memory_.data()) + uint64_t{slot} * stride_;
+  }
+  ~CudaDeviceSlots() override {
+    if (memory_) {
+      (void)OnDevice(device_);
+      memory_.Reset();  // cudaFree waits for work still using it
+      pool_bytes_->fetch_sub(uint64_t{count_} * stride_);
+      pool_slots_->fetch_sub(count_);
+    }
+  }
+
+  int device_ = 0;
+  uint32_t count_ = 0;
+  uint64_t stride_ = 0, slot_bytes_ = 0, labels_offset_ = 0;
+  std::string handle_, pci_;
+  gpu::DeviceBuffer memory_;
+  std::atomic<uint64_t>* pool_bytes_ = nullptr;
+  std::atomic<uint64_t>* pool_slots_ = nullptr;
+};
+
+class CudaGpuService : public GpuService {
+ public:
+  static Result<std::unique_ptr<CudaGpuService>> Create(int device,
+                                                        const GpuServiceOptions& options);
+  ~CudaGpuService() override = default;
+
+  int device() const override { return device_; }
+  Result<std::unique_ptr<DeviceSlots>> CreateSlots(uint32_t count, uint32_t batch_size,
+                                                   uint64_t image_bytes) override;
+  Status Build(const DeviceBatchRequest& request) override;
+  GpuCounters Counters() const override;
+
+ private:
+  CudaGpuService(int device, std::string name, std::string pci, uint64_t resident_bytes)
+      : device_(device), name_(std::move(name)), pci_(std::move(pci)), area_(resident_bytes) {}
+  Status BuildLocked(const DeviceBatchRequest& request, const CudaDeviceSlots& slots);
+
+  const int device_;
+  const std::string name_, pci_;
+  ResidentArea::NextUseFn next_use_;
+
+  std::mutex mu_;  // serializes Build: the stream, the assembler and the resident area
+  std::unique_ptr<gpu::GpuAssembler> assembler_;  // GUARDED_BY(mu_)
+  gpu::CudaStream stream_;
+  gpu::HostRegistration registration_;  // the cache segment, for DMA
+  gpu::DeviceBuffer area_memory_;
+  ResidentArea area_;                  // GUARDED_BY(mu_)
+  gpu::PinnedHostBuffer label_staging_;  // GUARDED_BY(mu_)
+
+  std::atomic<uint64_t> batches_{0}, images_{0}, uploads_{0}, upload_bytes_{0};
+  std::atomic<uint64_t> resident_hits_{0}, resident_evictions_{0}, resident_bytes_{0};
+  std::atomic<uint64_t> pool_bytes_{0}, pool_slots_{0};
+  std::atomic<uint64_t> assemble_ns_{0};
+};
+
+Result<std::unique_ptr<CudaGpuService>> CudaGpuService::Create(int device,
+                                                               const GpuServiceOptions& options) {
+  Result<std::vector<gpu::DeviceInfo>> devices = gpu::ListCudaDevices();
+  if (!devices.ok()) return devices.status();
+  if (device < 0 || device >= static_cast<int>(devices->size())) {
+    return Status::InvalidArgument(fmt::format(
+        "--gpus {}: CUDA device {} does not exist; this machine has {} GPU(s){}", device, device,
+        devices->size(),
+        devices->empty() ? std::string("; use --gpus none")
+                         : fmt::format(" (0..{})", devices->size() - 1)));
+  }
+  if (Status s = OnDevice(device); !s.ok()) return s;
+  char pci[32] = {0};
+  if (Status s = gpu::CudaCheck(cudaDeviceGetPCIBusId(pci, sizeof(pci), device),
+                                "cudaDeviceGetPCIBusId");
+      !s.ok()) {
+    return s;
+  }
+  std::unique_ptr<CudaGpuService> svc(
+      new CudaGpuService(device, (*devices)[device].name, pci, options.resident_bytes));
+  svc->next_use_ = options.next_use;
+  Result<std::unique_ptr<gpu::GpuAssembler>> assembler = gpu::GpuAssembler::Create(device);
+  if (!assembler.ok()) return assembler.status();
+  svc->assembler_ = std::move(*assembler);
+  Result<gpu::CudaStream> stream = gpu::CudaStream::Create();
+  if (!stream.ok()) return stream.status();
+  svc->stream_ = std::move(*stream);
+  if (!options.host_region.empty()) {
+    Result<gpu::HostRegistration> reg =
+        gpu::HostRegistration::Register(options.host_region.data(), options.host_region.size());
+    if (!reg.ok()) {
+      return Status(reg.status().code(),
+                    fmt::format("registering the {}-byte cache segment with GPU {} for DMA: {}",
+                                options.host_region.size(), device, reg.status().message()));
+    }
+    svc->registration_ = std::move(*reg);
+  }
+  if (svc->area_.capacity() > 0) {
+    Result<gpu::DeviceBuffer> area = gpu::DeviceBuffer::Allocate(svc->area_.capacity());
+    if (!area.ok()) {
+      return Status::ResourceExhausted(fmt::format(
+          "GPU {}: cannot allocate the {}-byte resident sample area ({}); lower --gpu-cache-size",
+          device, svc->area_.capacity(), area.status().message()));
+    }
+    svc->area_memory_ = std::move(*area);
+  }
+  log::Info("GPU {} ({}, {}): serving; cache segment {} registered, resident area {} bytes",
+            device, svc->name_, svc->pci_, options.host_region.empty() ? "not" : "",
+            svc->area_.capacity());
+  return svc;
+}
+
+Result<std::unique_ptr<DeviceSlots>> CudaGpuService::CreateSlots(uint32_t count,
+                                                                 uint32_t batch_size,
+                                                                 uint64_t image_bytes) {
+  if (count == 0 || batch_size == 0) {
+    return Status::InvalidArgument("device batch slots need a count and a batch size of >= 1");
+  }
+  auto slots = std::make_unique<CudaDeviceSlots>();
+  slots->device_ = device_;
+  slots->count_ = count;
+  slots->pci_ = pci_;
+  slots->labels_offset_ = AlignUp(uint64_t{batch_size} * image_bytes, kSlotAlign);
+  slots->slot_bytes_ = slots->labels_offset_ + uint64_t{batch_size} * sizeof(int64_t);
+  slots->stride_ = AlignUp(slots->slot_bytes_, kSlotAlign);
+  const uint64_t total = slots->stride_ * count;
+  if (Status s = OnDevice(device_); !s.ok()) return s;
+  Result<gpu::DeviceBuffer> memory = gpu::DeviceBuffer::Allocate(total);
+  if (!memory.ok()) {
+    return Status::ResourceExhausted(fmt::format(
+        "GPU {}: cannot allocate {} batch slots of {} bytes ({}); lower the batch size or "
+        "prefetch depth, or free device memory",
+        device_, count, slots->stride_, memory.status().message()));
+  }
+  slots->memory_ = std::move(*memory);
+  cudaIpcMemHandle_t handle{};
+  if (Status s = gpu::CudaCheck(cudaIpcGetMemHandle(&handle, slots->memory_.data()),
+                                "cudaIpcGetMemHandle(batch slots)");
+      !s.ok()) {
+    return s;
+  }
+  slots->handle_.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+  slots->pool_bytes_ = &pool_bytes_;
+  slots->pool_slots_ = &pool_slots_;
+  pool_bytes_ += total;
+  pool_slots_ += count;
+  return std::unique_ptr<DeviceSlots>(std::move(slots));
+}
+
+Status CudaGpuService::Build(const DeviceBatchRequest& request) {
+  auto* slots = dynamic_cast<CudaDeviceSlots*>(request.slots);
+  if (slots == nullptr || slots->device_ != device_ || request.slot >= slots->count_) {
+    return Status::InvalidArgument(
+        fmt::format("GPU {}: batch slot {} is not a slot of this device", device_, request.slot));
+  }
+  const size_t n = request.samples.size();
+  if (request.sample_ids.size() != n || request.seeds.size() != n || request.labels.size() != n ||
+      request.spec == nullptr) {
+    return Status::InvalidArgument(fmt::format(
+        "GPU batch of {} samples has {} ids, {} seeds and {} labels", n,
+        request.sample_ids.size(), request.seeds.size(), request.labels.size()));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::lock_guard lock(mu_);
+  Status built = BuildLocked(request, *slots);
+  assemble_ns_ += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count());
+  return built;
+}
+
+Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
+                                   const CudaDeviceSlots& slots) {
+  if (Status s = OnDevice(device_); !s.ok()) return s;
+  const size_t n = request.samples.size();
+  cudaStream_t stream = stream_.get();
+  // Resident samples are read in place; the others are copied into a new resident block (one
+  // upload however many jobs use them while they stay), or left to the assembler's staging when
+  // the area has no room.
+  std::vector<const uint8_t*> sources(n, nullptr);
+  const std::unordered_set<uint32_t> in_use(request.sample_ids.begin(), request.sample_ids.end());
+  std::unordered_map<uint32_t, const uint8_t*> placed;  // uploaded by this call
+  auto* area = static_cast<uint8_t*>(area_memory_.data());
+  uint64_t uploads = 0, upload_bytes = 0, hits = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t id = request.sample_ids[i];
+    const PreparedView& view = request.samples[i];
+    const uint64_t bytes = view.shape.bytes();
+    if (auto it = placed.find(id); it != placed.end()) {
+      sources[i] = it->second;
+      continue;
+    }
+    if (area != nullptr) {
+      if (std::optional<uint64_t> at = area_.Find(id, bytes)) {
+        sources[i] = area + *at;
+        ++hits;
+        continue;
+      }
+      if (std::optional<uint64_t> at = area_.Place(id, bytes, in_use, next_use_)) {
+        if (Status s = gpu::CudaCheck(cudaMemcpyAsync(area + *at, view.data, bytes,
+                                                      cudaMemcpyHostToDevice, stream),
+                                      "cudaMemcpyAsync(sample to resident area)");
+            !s.ok()) {
+          area_.Erase(id);
+          return s;
+        }
+        sources[i] = area + *at;
+        placed[id] = sources[i];
+        ++uploads;
+        upload_bytes += bytes;
+        continue;
+      }
+    }
+    // No resident block: the assembler uploads it through staging (counted from its stats).
+  }
+  uint8_t* base = slots.SlotBase(request.slot);
+  const gpu::JobBatchRequest job{*request.spec, request.samples, request.seeds, base,
+                                 slots.labels_offset()};
+  const std::span<const uint8_t* const> job_sources(sources);
+  Result<gpu::AssembleStats> stats =
+      assembler_->AssembleBatches({&job, 1}, stream, {&job_sources, 1});
+  if (!stats.ok()) return stats.status();
+  // Labels as int64 after the images, from a pinned buffer (reused: the stream is synchronized
+  // before the next call writes it).
+  const size_t label_bytes = n * sizeof(int64_t);
+  if (label_staging_.bytes() < label_bytes) {
+    label_staging_.Reset();
+    Result<gpu::PinnedHostBuffer> buf = gpu::PinnedHostBuffer::Allocate(AlignUp(label_bytes, 4096));
+    if (!buf.ok()) return buf.status();
+    label_staging_ = std::move(*buf);
+  }
+  auto* labels = static_cast<int64_t*>(label_staging_.data());
+  for (size_t i = 0; i < n; ++i) labels[i] = request.labels[i];
+  if (n > 0) {
+    if (Status s = gpu::CudaCheck(cudaMemcpyAsync(base + slots.labels_offset(), labels,
+                                                  label_bytes, cudaMemcpyHostToDevice, stream),
+                                  "cudaMemcpyAsync(labels)");
+        !s.ok()) {
+      return s;
+    }
+  }
+  // The job is told only after this: it never sees a batch before its kernel has finished.
+  if (Status s = stream_.Synchronize(); !s.ok()) return s;
+  batches_ += 1;
+  images_ += n;
+  uploads_ += uploads + stats->uploads;
+  upload_bytes_ += upload_bytes + stats->upload_bytes;
+  resident_hits_ += hits;
+  resident_evictions_ = area_.evictions();
+  resident_bytes_ = area_.resident_bytes();
+  return Status::OK();
+}
+
+GpuCounters CudaGpuService::Counters() const {
+  GpuCounters c;
+  c.device = device_;
+  c.name = name_;
+  c.batches = batches_.load();
+  c.images = images_.load();
+  c.uploads = uploads_.load();
+  c.upload_bytes = upload_bytes_.load();
+  c.resident_hits = resident_hits_.load();
+  c.resident_evictions = resident_evictions_.load();
+  c.resident_bytes = resident_bytes_.load();
+  c.resident_capacity = area_.capacity();  // fixed at creation
+  c.pool_bytes = pool_bytes_.load();
+  c.pool_slots = pool_slots_.load();
+  c.assemble_seconds = static_cast<double>(assemble_ns_.load()) * 1e-9;
+  return c;
+}
+
+}  // namespace
+
+int VisibleGpuCount() { return gpu::CudaDeviceCount(); }
+
+Result<std::vector<std::unique_ptr<GpuService>>> CreateGpuServices(
+    const GpuServiceOptions& options) {
+  std::vector<std::unique_ptr<GpuService>> out;
+  if (options.devices.empty()) return out;
+  if (gpu::CudaDeviceCount() == 0) {
+    return Status::Unavailable(
+        "no CUDA device or driver found; start the server with --gpus none to serve CPU jobs");
+  }
+  for (int device : options.devices) {
+    Result<std::unique_ptr<CudaGpuService>> svc = CudaGpuService::Create(device, options);
+    if (!svc.ok()) return svc.status();
+    out.push_back(std::move(*svc));
+  }
+  return out;
+}
+
+}  // namespace carpool

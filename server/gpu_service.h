@@ -1,0 +1,104 @@
+// The engine's view of the GPUs it serves (`carpool server --gpus`). No CUDA type appears here, so
+// the engine builds the same with and without CUDA: server/gpu/gpu_service.cc implements it where
+// CUDA is built, server/gpu_service_none.cc (every call a clear error) where it is not.
+//
+// Per GPU: the cache segment registered for DMA once, a device-resident sample area keyed by
+// sample id (a sample that several jobs on this GPU use crosses PCIe once while it stays there;
+// eviction in the scheduler's next-use order), and the jobs' device batch slots, exported to the
+// job's process through legacy CUDA IPC handles. docs/gpu.md says why and how.
+#ifndef CARPOOL_SERVER_GPU_SERVICE_H_
+#define CARPOOL_SERVER_GPU_SERVICE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "carpool/status.h"
+#include "server/prepare.h"
+#include "server/transform.h"
+
+namespace carpool {
+
+// One job's batch slots in device memory: one cudaMalloc of count * stride bytes, exported once.
+// Destroying it frees the memory (after the last batch written into it has completed).
+class DeviceSlots {
+ public:
+  virtual ~DeviceSlots() = default;
+  virtual int device() const = 0;
+  virtual uint32_t count() const = 0;
+  virtual uint64_t stride() const = 0;        // bytes between slots; a multiple of 256
+  virtual uint64_t slot_bytes() const = 0;    // usable bytes of a slot: images, then int64 labels
+  virtual uint64_t labels_offset() const = 0;  // of the int64 labels inside a slot
+  virtual const std::string& ipc_handle() const = 0;  // cudaIpcMemHandle_t bytes (64)
+  virtual const std::string& pci_bus_id() const = 0;  // e.g. "0000:1B:00.0", to check the client's
+};
+
+// One batch to build on the GPU into slot `slot` of `slots`. The same contract as AssembleBatch
+// (server/assemble.h) for spec, samples and seeds; sample_ids key the resident area (a prepared
+// sample's bytes are a function of its id); labels are written as int64 after the images.
+struct DeviceBatchRequest {
+  const TransformSpec* spec = nullptr;
+  std::span<const PreparedView> samples;  // host memory: the cache segment or transient buffers
+  std::span<const uint32_t> sample_ids;
+  std::span<const uint64_t> seeds;
+  std::span<const int32_t> labels;
+  DeviceSlots* slots = nullptr;
+  uint32_t slot = 0;
+};
+
+// Counters of one GPU since the server started (read without locks; each is monotonic except
+// the byte gauges).
+struct GpuCounters {
+  int device = 0;
+  std::string name;
+  uint64_t batches = 0, images = 0;
+  uint64_t uploads = 0, upload_bytes = 0;  // samples copied host -> device, and their bytes
+  uint64_t resident_hits = 0;              // images whose sample was already on the device
+  uint64_t resident_evictions = 0;
+  uint64_t resident_bytes = 0, resident_capacity = 0;
+  uint64_t pool_bytes = 0;  // device batch slots held by jobs now
+  uint64_t pool_slots = 0;
+  double assemble_seconds = 0;  // wall time of Build calls: uploads, kernel and wait
+};
+
+class GpuService {
+ public:
+  virtual ~GpuService() = default;
+  virtual int device() const = 0;
+  // Allocates and exports `count` slots for batches of up to `batch_size` images of
+  // `image_bytes` each. ResourceExhausted (naming the bytes) when the device is full. ~1 ms.
+  virtual Result<std::unique_ptr<DeviceSlots>> CreateSlots(uint32_t count, uint32_t batch_size,
+                                                           uint64_t image_bytes) = 0;
+  // Uploads what is not resident, runs the assembly kernel and copies the labels; returns once
+  // the batch is complete in device memory, so the job may read it as soon as it is told.
+  // REQUIRES: the sample bytes stay valid until it returns. Thread-safe (calls on one GPU run
+  // one at a time). Cost: the uploads (PCIe) plus the kernel, about 1 ms for 256 images.
+  virtual Status Build(const DeviceBatchRequest& request) = 0;
+  virtual GpuCounters Counters() const = 0;
+};
+
+struct GpuServiceOptions {
+  std::vector<int> devices;          // CUDA device indices to serve
+  uint64_t resident_bytes = 0;       // per GPU; 0: no resident area (upload every use)
+  std::span<uint8_t> host_region;    // the cache segment, registered for DMA; may be empty
+  // Next uses (the scheduler's clock) of `samples`, written to `out`; +inf for none. Called from
+  // Build while it evicts resident samples, with no engine lock held by the caller.
+  std::function<void(std::span<const uint32_t> samples, std::span<double> out)> next_use;
+};
+
+// Opens every device of options.devices. Unavailable when built without CUDA or when no GPU is
+// found; InvalidArgument naming the device count for an index out of range.
+Result<std::vector<std::unique_ptr<GpuService>>> CreateGpuServices(const GpuServiceOptions& options);
+
+// The CUDA devices this process sees (0 without a GPU, a driver or a CUDA build). Never fails.
+int VisibleGpuCount();
+
+// "all" | "none" | "0,2,...": the devices to serve. "all" on a machine without GPUs is none.
+Result<std::vector<int>> ParseGpuList(const std::string& text, int visible);
+
+}  // namespace carpool
+
+#endif  // CARPOOL_SERVER_GPU_SERVICE_H_
