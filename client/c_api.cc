@@ -126,6 +126,7 @@ carpool_status carpool_job_info_get(const carpool_job* job, carpool_job_info* ou
   for (uint32_t i = 0; i < out->sample_rank; ++i) out->sample_shape[i] = shape[i];
   out->dtype = static_cast<int32_t>(j.dtype());
   out->layout = static_cast<int32_t>(j.layout());
+  out->device = j.device();
   return Ok();
 }
 
@@ -157,6 +158,8 @@ void carpool_batch_release(carpool_batch* batch) {
 }
 
 const void* carpool_batch_images(const carpool_batch* b) { return b->impl.images().data; }
+int32_t carpool_batch_device(const carpool_batch* b) { return b->impl.images().device; }
+int64_t* carpool_batch_device_labels(const carpool_batch* b) { return b->impl.device_labels(); }
 size_t carpool_batch_image_bytes(const carpool_batch* b) { return b->impl.images().bytes; }
 uint32_t carpool_batch_image_shape(const carpool_batch* b, int64_t* dims, uint32_t max_rank) {
   const std::vector<int64_t>& shape = b->impl.images().shape;

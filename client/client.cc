@@ -10,6 +10,7 @@
 
 #include "client/frame_socket.h"
 #include "client/protocol.h"
+#include "client/cuda_ipc.h"
 #include "client/slot_mapping.h"
 
 namespace carpool {
@@ -28,6 +29,7 @@ using Clock = std::chrono::steady_clock;
 struct Job::State {
   std::unique_ptr<FrameSocket> socket;
   std::shared_ptr<SlotMapping> mapping;
+  std::shared_ptr<DeviceSlotMapping> device_mapping;  // GPU jobs only
   protocol::JobInfo info;
   std::chrono::milliseconds heartbeat_every{500};
   std::chrono::milliseconds silence_timeout{10000};
@@ -106,6 +108,7 @@ struct Job::State {
 struct Batch::Impl {
   std::shared_ptr<Job::State> state;
   std::shared_ptr<SlotMapping> mapping;
+  std::shared_ptr<DeviceSlotMapping> device_mapping;  // keeps device views mapped
   protocol::BatchReady ready;
   BatchRegion region;
   TensorView images;
@@ -140,6 +143,7 @@ uint32_t Batch::epoch() const { return impl_->ready.epoch; }
 uint64_t Batch::index() const { return impl_->ready.batch_index; }
 uint32_t Batch::size() const { return impl_->ready.sample_count; }
 uint32_t Batch::skipped() const { return impl_->ready.skipped; }
+int64_t* Batch::device_labels() const { return impl_->region.device_labels; }
 
 Job::Job(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
@@ -171,7 +175,10 @@ Result<std::optional<Batch>> Job::Next() {
     ready = state_->ready.front();
     state_->ready.pop_front();
   }
-  auto region = state_->mapping->View(ready);
+  const DeviceSlotMapping* dev = state_->device_mapping.get();
+  auto region = dev ? state_->mapping->View(ready, dev->base(), dev->slot_stride(),
+                                            dev->slot_bytes())
+                    : state_->mapping->View(ready);
   if (!region.ok()) {
     state_->Fail(region.status());
     return region.status();
@@ -179,6 +186,7 @@ Result<std::optional<Batch>> Job::Next() {
   auto impl = std::make_unique<Batch::Impl>();
   impl->state = state_;
   impl->mapping = state_->mapping;
+  impl->device_mapping = state_->device_mapping;
   impl->ready = ready;
   impl->region = *region;
   TensorView& t = impl->images;
@@ -188,6 +196,7 @@ Result<std::optional<Batch>> Job::Next() {
   t.dtype = static_cast<DType>(state_->info.dtype);
   t.layout = static_cast<Layout>(state_->info.layout);
   t.bytes = ready.images_bytes;
+  t.device = dev ? dev->device() : -1;
   return std::optional<Batch>(Batch(std::move(impl)));
 }
 
@@ -220,6 +229,7 @@ std::vector<int64_t> Job::sample_shape() const {
   return {state_->info.sample_shape.begin(), state_->info.sample_shape.end()};
 }
 DType Job::dtype() const { return static_cast<DType>(state_->info.dtype); }
+int Job::device() const { return state_->info.device; }
 Layout Job::layout() const { return static_cast<Layout>(state_->info.layout); }
 
 Result<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path) {
@@ -265,10 +275,17 @@ Result<std::unique_ptr<Job>> Client::CreateJob(const JobOptions& o) {
   }
   auto mapping = SlotMapping::Open(*info);
   if (!mapping.ok()) return mapping.status();
+  std::shared_ptr<DeviceSlotMapping> device_mapping;
+  if (info->device >= 0) {
+    auto opened = DeviceSlotMapping::Open(*info);
+    if (!opened.ok()) return opened.status();  // the server drops the job with the connection
+    device_mapping = std::move(*opened);
+  }
 
   auto state = std::make_shared<Job::State>();
   state->socket = std::move(hs->socket);
   state->mapping = std::move(*mapping);
+  state->device_mapping = std::move(device_mapping);
   state->info = *info;
   state->heartbeat_every = std::max(std::chrono::milliseconds(10),
                                      std::chrono::milliseconds(hs->hello.lease_ms / 4));

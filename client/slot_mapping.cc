@@ -70,7 +70,13 @@ slots::SlotState SlotMapping::State(uint32_t slot) const {
   return static_cast<slots::SlotState>(Header(slot).state.load(std::memory_order_acquire));
 }
 
-Result<BatchRegion> SlotMapping::View(const protocol::BatchReady& r) const {
+Result<BatchRegion> SlotMapping::View(const protocol::BatchReady& r, uint8_t* device_base,
+                                      uint64_t device_stride, uint64_t device_slot_bytes) const {
+  if (r.on_device != (device_base != nullptr)) {
+    return Status::Corruption(fmt::format(
+        "batch {} of epoch {} is {} but the job's batches are {}", r.batch_index, r.epoch,
+        r.on_device ? "on a GPU" : "in host memory", device_base ? "on a GPU" : "in host memory"));
+  }
   if (r.slot >= slot_count_) {
     return Status::Corruption(
         fmt::format("batch-ready names slot {}, the segment has {}", r.slot, slot_count_));
@@ -83,7 +89,18 @@ Result<BatchRegion> SlotMapping::View(const protocol::BatchReady& r) const {
   auto inside = [this](uint64_t offset, uint64_t bytes) {
     return offset <= slot_bytes_ && bytes <= slot_bytes_ - offset;
   };
-  if (!inside(r.images_offset, r.images_bytes) || !inside(r.labels_offset, r.labels_bytes) ||
+  auto inside_device = [device_slot_bytes](uint64_t offset, uint64_t bytes) {
+    return offset <= device_slot_bytes && bytes <= device_slot_bytes - offset;
+  };
+  const uint64_t device_label_bytes = uint64_t{r.sample_count} * sizeof(int64_t);
+  const bool images_ok = r.on_device ? inside_device(r.images_offset, r.images_bytes)
+                                     : inside(r.images_offset, r.images_bytes);
+  if (r.on_device && !inside_device(r.device_labels_offset, device_label_bytes)) {
+    return Status::Corruption(fmt::format(
+        "batch {} of epoch {} has device labels at {} outside its device slot of {} bytes",
+        r.batch_index, r.epoch, r.device_labels_offset, device_slot_bytes));
+  }
+  if (!images_ok || !inside(r.labels_offset, r.labels_bytes) ||
       !inside(r.ids_offset, r.ids_bytes)) {
     return Status::Corruption(fmt::format("batch {} of epoch {} has a byte range outside its slot "
                                           "of {} bytes",
@@ -104,9 +121,15 @@ Result<BatchRegion> SlotMapping::View(const protocol::BatchReady& r) const {
         index_bytes, r.sample_count));
   }
   const uint8_t* slot = base_ + geometry_.data_offset + uint64_t{r.slot} * geometry_.slot_stride;
-  return BatchRegion{slot + r.images_offset,
+  BatchRegion region{slot + r.images_offset,
                      reinterpret_cast<const int32_t*>(slot + r.labels_offset),
-                     reinterpret_cast<const uint32_t*>(slot + r.ids_offset)};
+                     reinterpret_cast<const uint32_t*>(slot + r.ids_offset), nullptr};
+  if (r.on_device) {
+    uint8_t* device_slot = device_base + uint64_t{r.slot} * device_stride;
+    region.images = device_slot + r.images_offset;
+    region.device_labels = reinterpret_cast<int64_t*>(device_slot + r.device_labels_offset);
+  }
+  return region;
 }
 
 }  // namespace carpool

@@ -20,9 +20,10 @@ namespace carpool {
 
 // Pointers into one published batch; valid while the SlotMapping lives and the slot is unreleased.
 struct BatchRegion {
-  const uint8_t* images = nullptr;
-  const int32_t* labels = nullptr;
-  const uint32_t* ids = nullptr;
+  const uint8_t* images = nullptr;   // device memory for a batch on a GPU
+  const int32_t* labels = nullptr;   // host
+  const uint32_t* ids = nullptr;     // host
+  int64_t* device_labels = nullptr;  // int64 labels in device memory (GPU batches only)
 };
 
 class SlotMapping {
@@ -34,8 +35,11 @@ class SlotMapping {
   SlotMapping& operator=(const SlotMapping&) = delete;
 
   // Validates `ready` against this segment (slot index, generation, every byte range inside the
-  // slot, image bytes = sample_count * per-sample bytes) and returns pointers into it.
-  Result<BatchRegion> View(const protocol::BatchReady& ready) const;
+  // slot, image bytes = sample_count * per-sample bytes) and returns pointers into it. A batch on
+  // a GPU (ready.on_device) has its images and int64 labels in device slot `ready.slot` at
+  // `device_base` (slots of device_stride, device_slot_bytes usable each), checked the same way.
+  Result<BatchRegion> View(const protocol::BatchReady& ready, uint8_t* device_base = nullptr,
+                           uint64_t device_stride = 0, uint64_t device_slot_bytes = 0) const;
 
   uint32_t slot_count() const { return slot_count_; }
   uint64_t slot_bytes() const { return slot_bytes_; }

@@ -47,6 +47,7 @@ typedef struct carpool_job_info {
   int64_t sample_shape[4];
   int32_t dtype;               /* 1 uint8, 2 float16, 3 float32 */
   int32_t layout;              /* 1 nhwc, 2 nchw, 3 raw */
+  int32_t device;              /* CUDA device of the batches, or -1 for host memory */
 } carpool_job_info;
 
 /* The message of the last failed call on this thread ("" if none). Valid until the next call. */
@@ -81,6 +82,11 @@ const uint32_t* carpool_batch_sample_ids(const carpool_batch* batch);
 uint32_t carpool_batch_epoch(const carpool_batch* batch);
 uint64_t carpool_batch_index(const carpool_batch* batch);
 uint32_t carpool_batch_skipped(const carpool_batch* batch);
+/* GPU jobs: the CUDA device of carpool_batch_images (device memory, writable by this job), and
+ * the labels as int64 in device memory; -1 and NULL for a CPU job. Release a GPU batch only after
+ * the GPU work reading it has finished: the server overwrites the slot after the release. */
+int32_t carpool_batch_device(const carpool_batch* batch);
+int64_t* carpool_batch_device_labels(const carpool_batch* batch);
 
 void carpool_string_free(char* s);
 

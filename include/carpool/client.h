@@ -16,6 +16,10 @@
 //  - A Client only remembers the server's address; each Job holds its own connection, its own
 //    read-only mapping of its batch slots and one background thread that reads frames and sends
 //    heartbeats (every lease/4), so a long training step never loses the lease.
+//  - GPU jobs (device "cuda:N"): images and int64 labels are in the server's device memory on
+//    GPU N, mapped into this process through CUDA IPC. Release a batch only after the GPU work
+//    that reads it has finished (synchronize the stream that uses it, or wait on an event
+//    recorded after that work): the server writes a later batch into the slot after release.
 //  - A Batch's views stay valid until the Batch is destroyed or Release()d. Destroying the Batch
 //    returns its slot and one credit to the server. A Batch may outlive its Job (its views stay
 //    mapped; the release is then dropped, since the server already freed the job's slots).
@@ -61,8 +65,11 @@ struct JobOptions {
 };
 
 // A zero-copy view of a batch's images: shape is {samples, sample dims...} in `layout` order.
+// For a GPU job (device >= 0) data is device memory of that CUDA device, owned by the server,
+// writable by this job only and complete when Next() returns it.
 struct TensorView {
   const void* data = nullptr;
+  int device = -1;  // CUDA device index, or -1 for host memory
   std::vector<int64_t> shape;
   DType dtype = DType::kUint8;
   Layout layout = Layout::kNHWC;
@@ -82,6 +89,8 @@ class Batch {
   uint64_t index() const;        // batch index within the epoch, 0-based
   uint32_t size() const;         // samples in this batch (< batch_size for a last partial batch)
   uint32_t skipped() const;      // samples of this batch's range skipped as unreadable
+  // GPU jobs: the labels as int64 in device memory beside the images; null for a CPU job.
+  int64_t* device_labels() const;
   // Returns the slot now; the views are invalid afterwards. Idempotent.
   void Release();
 
@@ -112,6 +121,7 @@ class Job {
   std::vector<int64_t> sample_shape() const;
   DType dtype() const;
   Layout layout() const;
+  int device() const;  // the CUDA device its batches are built on, or -1 for host memory
 
   struct State;
 
