@@ -2,7 +2,8 @@
 
 The library is looked up, first hit wins:
   1. $CARPOOL_LIB (a path to libcarpool.so);
-  2. next to this package (what `pip install client/python` copies from the build);
+  2. next to this package (what `pip install client/python` copies from the build), then the
+     portable bundle's lib/ (scripts/bundle.sh: python/carpool beside lib/);
   3. the build folders of the source tree this package sits in: $CARPOOL_BUILD_DIR, then build/;
   4. the system's library path (ctypes.util.find_library("carpool")).
 """
@@ -61,6 +62,7 @@ class JobInfo(ctypes.Structure):
         ("sample_shape", ctypes.c_int64 * 4),
         ("dtype", ctypes.c_int32),
         ("layout", ctypes.c_int32),
+        ("device", ctypes.c_int32),
     ]
 
 
@@ -71,6 +73,7 @@ def _candidates():
         return  # an explicit choice is not second-guessed
     for name in ("libcarpool.so", "libcarpool.so.0"):
         yield _HERE / name
+    yield _HERE.parents[1] / "lib" / "libcarpool.so"
     build_dirs = []
     if os.environ.get("CARPOOL_BUILD_DIR"):
         build_dirs.append(pathlib.Path(os.environ["CARPOOL_BUILD_DIR"]))
@@ -106,6 +109,8 @@ def _declare(lib):
         "carpool_batch_epoch": (u32, [vp]),
         "carpool_batch_index": (u64, [vp]),
         "carpool_batch_skipped": (u32, [vp]),
+        "carpool_batch_device": (c.c_int32, [vp]),
+        "carpool_batch_device_labels": (vp, [vp]),
         "carpool_string_free": (None, [vp]),
     }
     for name, (restype, argtypes) in sigs.items():

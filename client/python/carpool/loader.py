@@ -1,5 +1,6 @@
 """carpool.Loader: a training job's batches from the local carpool server, zero-copy."""
 
+import collections
 import ctypes
 import json
 import os
@@ -106,6 +107,32 @@ class _BatchMemory:
             self.handle = None
 
 
+class _CudaArray:
+    """Device memory of one batch (images or labels) as __cuda_array_interface__ (v3), so that
+    torch.as_tensor wraps it with no copy. Holds the batch's handle, and with it the IPC mapping,
+    alive while any tensor over it exists. No stream: the server finished writing the batch before
+    it said the batch was ready."""
+
+    def __init__(self, memory, address, shape, typestr):
+        self._memory = memory
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape), "typestr": typestr, "data": (int(address), False),
+            "version": 3, "strides": None, "stream": None,
+        }
+
+
+def _parse_device(device):
+    """"cpu" -> -1, "cuda" -> 0, "cuda:N" / torch.device -> N; ValueError otherwise."""
+    text = str(device)
+    if text == "cpu":
+        return -1
+    if text == "cuda":
+        return 0
+    if text.startswith("cuda:") and text[5:].isdigit():
+        return int(text[5:])
+    raise CarpoolError(f'device "{device}" is not "cpu" or "cuda:N"', 1)
+
+
 class Loader:
     """A training job on the local carpool server.
 
@@ -134,8 +161,13 @@ class Loader:
     for an unknown dataset at construction; a server that dies fails the next step within
     `timeout` seconds (code 8, Unavailable). close() (or `with`) ends the job at once.
 
-    device: "cpu" only. The C ABI delivers host shared memory; a "cuda:N" device raises
-    CarpoolError (move batches with images.to("cuda:N", non_blocking=True) instead).
+    device: "cpu" (default) or "cuda:N" (needs torch with CUDA, and a server started with
+    --gpus N). On a GPU the server builds the batch in its own device memory, mapped into this
+    process through CUDA IPC: images and labels (int64) are torch CUDA tensors on cuda:N, ZERO-COPY
+    and WRITABLE (the slot is this job's alone), valid until the next step like the CPU views.
+    The slot goes back to the server only once the GPU work queued on the current stream up to
+    the next step has finished (an event is recorded there), so kernels still reading a batch
+    never see the next one; up to prefetch-1 steps of GPU work may be queued ahead.
     Thread contract: one thread at a time per Loader; loaders in different threads are
     independent (ctypes drops the GIL while a step waits).
     """
@@ -143,11 +175,14 @@ class Loader:
     def __init__(self, dataset, batch_size=32, epochs=1, transform="", device="cpu",
                  drop_last=False, socket=None, state_dir=None, seed=0, prefetch=4,
                  timeout=10.0, as_numpy=None):
-        if not str(device).startswith("cpu"):
+        device_index = _parse_device(device)
+        if device_index >= 0 and (torch is None or not torch.cuda.is_available()):
             raise CarpoolError(
-                f'device "{device}" is not available from Python: libcarpool\'s C ABI delivers '
-                'batches in host shared memory only (no CUDA IPC handle crosses it yet); use '
-                'device="cpu" and images.to(device, non_blocking=True)', 6)
+                f'device "{device}" needs torch with CUDA in this process (torch '
+                f'{"missing" if torch is None else torch.__version__ + " sees no GPU"}); use '
+                'device="cpu"', 6)
+        if device_index >= 0 and as_numpy:
+            raise CarpoolError(f'as_numpy=True cannot hold device "{device}" batches', 1)
         if batch_size < 1 or epochs < 1 or prefetch < 1:
             raise CarpoolError(f"batch_size ({batch_size}), epochs ({epochs}) and prefetch "
                                f"({prefetch}) must be >= 1", 1)
@@ -158,12 +193,16 @@ class Loader:
         self._job = None
         self._current = None  # _BatchMemory of the batch handed out last
         self._pending = None  # a batch of the next epoch, fetched while ending this one
+        self._in_use = collections.deque()  # GPU: (batch, event) released once the event is done
+        self._prefetch = int(prefetch)
         self._finished = False
         self._epoch_over = False  # the batch handed out last was its epoch's last
         self._client = _Client(socket, state_dir)
         opts = _ffi.JobOptions(
             dataset=str(dataset).encode(), batch_size=int(batch_size), epochs=int(epochs),
-            transform=(transform or "").encode(), device=b"cpu", prefetch=int(prefetch),
+            transform=(transform or "").encode(),
+            device=("cpu" if device_index < 0 else f"cuda:{device_index}").encode(),
+            prefetch=int(prefetch),
             drop_last=1 if drop_last else 0, seed=int(seed) & (2**64 - 1),
             silence_timeout_ms=max(1, int(timeout * 1000)))
         job = ctypes.c_void_p()
@@ -187,6 +226,8 @@ class Loader:
         self.sample_shape = tuple(info.sample_shape[: info.sample_rank])
         self.dtype = _ffi.DTYPES[info.dtype]
         self.layout = _ffi.LAYOUTS.get(info.layout, str(info.layout))
+        self.device = "cpu" if info.device < 0 else f"cuda:{info.device}"
+        self._torch_device = torch.device(self.device) if info.device >= 0 else None
         self._np_dtype = _NP_DTYPES[info.dtype]
         self._batches_per_epoch = info.batches_per_epoch
         self.epoch = 0  # the epoch the next pass delivers (then: of the current batch)
@@ -253,9 +294,30 @@ class Loader:
         return _BatchMemory(handle)
 
     def _release_current(self):
-        if self._current is not None:
+        if self._current is None:
+            return
+        if self._torch_device is None:
             self._lib.carpool_batch_release(self._current.handle)
-            self._current = None
+        else:
+            # The GPU may still be running kernels queued on the batch: hand the slot back once
+            # the work queued so far on the current stream is done.
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(self._torch_device))
+            self._in_use.append((self._current, event))
+            self._release_finished_gpu_work()
+        self._current = None
+
+    def _release_finished_gpu_work(self, wait_all=False):
+        """Releases GPU batches whose readers finished; waits for the oldest while too many are
+        held for the server to have a free slot (prefetch - 1 at most), or for all."""
+        while self._in_use:
+            batch, event = self._in_use[0]
+            if not event.query():
+                if not wait_all and len(self._in_use) < self._prefetch:
+                    return
+                event.synchronize()
+            self._lib.carpool_batch_release(batch.handle)
+            self._in_use.popleft()
 
     def _hand_out(self, batch, epoch):
         lib = self._lib
@@ -270,6 +332,8 @@ class Loader:
             np.empty(0, np.uint32)
         self.ids = ids.copy()
         labels = labels.astype(np.int64)
+        if self._torch_device is not None:
+            return self._device_tensors(batch, n)
         images = batch.array(self._np_dtype)
         if images.shape[:1] != (n,):
             raise CarpoolError(f"batch of {n} samples has images of shape {images.shape}", 5)
@@ -279,6 +343,24 @@ class Loader:
         with warnings.catch_warnings():  # torch warns that the (read-only) array is not writable
             warnings.simplefilter("ignore", UserWarning)
             return torch.from_numpy(images), torch.from_numpy(labels)
+
+    def _device_tensors(self, batch, n):
+        lib = self._lib
+        if lib.carpool_batch_device(batch.handle) != self._torch_device.index:
+            raise CarpoolError(f"batch is on device {lib.carpool_batch_device(batch.handle)}, "
+                               f"the job on {self.device}", 5)
+        expected = int(np.prod(batch.shape, dtype=np.int64)) * np.dtype(self._np_dtype).itemsize
+        if batch.shape[:1] != (n,) or expected != batch.nbytes:
+            raise CarpoolError(f"batch of {n} samples has {batch.nbytes} image bytes for shape "
+                               f"{batch.shape}", 5)
+        self._images_address = batch.address
+        typestr = np.dtype(self._np_dtype).str
+        images = torch.as_tensor(_CudaArray(batch, batch.address, batch.shape, typestr),
+                                 device=self._torch_device)
+        labels_address = lib.carpool_batch_device_labels(batch.handle) or 0
+        labels = torch.as_tensor(_CudaArray(batch, labels_address, (n,), "<i8"),
+                                 device=self._torch_device)
+        return images, labels
 
     def stats(self):
         """This job's statistics from the server, as a dict (deliveries, rate, queue_depth...)."""
@@ -296,6 +378,8 @@ class Loader:
         """Ends the job now (the server removes it and frees its slots). Idempotent. Views handed
         out earlier stay mapped, so reading them does not fault, but their contents are void."""
         self._release_current()
+        if getattr(self, "_in_use", None):
+            self._release_finished_gpu_work(wait_all=True)
         self._pending = None
         if getattr(self, "_job", None) is not None:
             self._lib.carpool_job_free(self._job)
