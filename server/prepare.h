@@ -1,5 +1,5 @@
 // Preparation: the deterministic, expensive part of loading one sample, done once into the cache.
-// Decode (OpenCV), shorter side to spec.resize, center crop spec.crop, RGB or grayscale, uint8
+// Decode (image_codec.h: JPEG and PNG without imgcodecs), shorter side to spec.resize, center crop spec.crop, RGB or grayscale, uint8
 // HWC; or, for a raw spec, the record's bytes as they are. Stateless free functions: thread-safe.
 #ifndef CARPOOL_SERVER_PREPARE_H_
 #define CARPOOL_SERVER_PREPARE_H_
@@ -64,7 +64,8 @@ Result<PreparedImage> PrepareSample(const PrepareSpec& spec, std::span<const uin
 
 // The JPEG DCT-domain reduction PrepareInto uses for a source of src_width x src_height: the
 // largest of 8, 4, 2 that still leaves the shorter side >= the side the resize needs, or 1 (full
-// decode) when spec.resize is 0, the source is not much larger, or the spec is raw.
+// decode) when spec.resize is 0, the source is not much larger or under 8 pixels on its longer
+// side, or the spec is raw.
 int ReducedDecodeFactor(const PrepareSpec& spec, int src_width, int src_height);
 
 }  // namespace carpool

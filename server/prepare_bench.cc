@@ -10,12 +10,12 @@
 #include <cstdlib>
 #include <functional>
 #include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "server/image_codec.h"
 #include "server/prepare.h"
 #include "server/transform.h"
 
@@ -46,9 +46,9 @@ std::vector<uint8_t> MakeJpeg(uint32_t seed) {
   cv::theRNG().state = seed;
   cv::randn(noise, cv::Scalar::all(0), cv::Scalar::all(8));
   cv::add(image, noise, image);
-  std::vector<uint8_t> out;
-  cv::imencode(".jpg", image, out, {cv::IMWRITE_JPEG_QUALITY, 90});
-  return out;
+  Result<std::vector<uint8_t>> out = EncodeJpeg(image, ChannelOrder::kBgr, {.quality = 90});
+  if (!out.ok()) std::abort();
+  return *out;
 }
 
 // Times one pass of op over every input, alternating baseline and candidate passes until both
@@ -82,9 +82,11 @@ Rates Compare(size_t inputs, double min_seconds, const std::function<void(size_t
   return best;
 }
 
-// The baseline preparation: full-resolution decode, INTER_AREA resize, crop, BGR -> RGB.
+// The baseline preparation: full-resolution RGB decode, INTER_AREA resize, crop.
 void FullDecodePrepare(const std::vector<uint8_t>& jpeg, const PrepareSpec& spec, uint8_t* dst) {
-  cv::Mat image = cv::imdecode(jpeg, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
+  Result<cv::Mat> decoded = DecodeJpeg(jpeg, 3);
+  if (!decoded.ok()) std::abort();
+  const cv::Mat& image = *decoded;
   const double scale = static_cast<double>(spec.resize) / std::min(image.cols, image.rows);
   cv::Mat resized;
   cv::resize(image, resized,
@@ -92,9 +94,9 @@ void FullDecodePrepare(const std::vector<uint8_t>& jpeg, const PrepareSpec& spec
                       static_cast<int>(std::lround(image.rows * scale))),
              0, 0, cv::INTER_AREA);
   cv::Mat out(spec.crop, spec.crop, CV_8UC3, dst);
-  cv::cvtColor(resized(cv::Rect((resized.cols - spec.crop) / 2, (resized.rows - spec.crop) / 2,
-                                spec.crop, spec.crop)),
-               out, cv::COLOR_BGR2RGB);
+  resized(cv::Rect((resized.cols - spec.crop) / 2, (resized.rows - spec.crop) / 2, spec.crop,
+                   spec.crop))
+      .copyTo(out);
 }
 
 // The baseline transform: the same steps as separate OpenCV passes (crop view, flip, convert,

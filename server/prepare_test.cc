@@ -5,53 +5,46 @@
 #include <algorithm>
 #include <cmath>
 #include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 #include <random>
+#if CARPOOL_HAVE_IMGCODECS
+#include <opencv2/imgcodecs.hpp>
+#endif
+
+#include "server/image_codec.h"
+#include "server/test_images.h"
 
 namespace carpool {
 namespace {
 
-// A photo-like BGR image: smooth gradients, hard-edged shapes and sensor-like noise.
-cv::Mat MakePhoto(int width, int height, uint32_t seed) {
-  cv::Mat image(height, width, CV_8UC3);
-  for (int y = 0; y < height; ++y) {
-    for (int x = 0; x < width; ++x) {
-      image.at<cv::Vec3b>(y, x) =
-          cv::Vec3b(static_cast<uint8_t>(255 * x / width), static_cast<uint8_t>(255 * y / height),
-                    static_cast<uint8_t>(128 + 100 * std::sin(x * 0.05)));
-    }
-  }
-  std::mt19937 rng(seed);
-  for (int i = 0; i < 12; ++i) {
-    cv::Point a(static_cast<int>(rng() % width), static_cast<int>(rng() % height));
-    cv::Scalar color(rng() % 256, rng() % 256, rng() % 256);
-    if (i % 2 == 0) {
-      cv::rectangle(image, a, a + cv::Point(width / 6, height / 5), color, cv::FILLED);
-    } else {
-      cv::circle(image, a, height / 8, color, cv::FILLED);
-    }
-  }
-  cv::Mat noise(height, width, CV_8UC3);
-  cv::theRNG().state = seed;
-  cv::randn(noise, cv::Scalar::all(0), cv::Scalar::all(6));
-  cv::add(image, noise, image);
-  return image;
+std::vector<uint8_t> Encode(const cv::Mat& image, const std::string& ext, int quality = 90) {
+  Result<std::vector<uint8_t>> out =
+      ext == ".jpg" ? EncodeJpeg(image, ChannelOrder::kBgr, {.quality = quality})
+      : ext == ".bmp" ? Result<std::vector<uint8_t>>(EncodeBmp(image))
+                      : EncodePng(image, ChannelOrder::kBgr);
+  EXPECT_TRUE(out.ok()) << out.status().ToString();
+  return out.ok() ? *out : std::vector<uint8_t>{};
 }
 
-std::vector<uint8_t> Encode(const cv::Mat& image, const std::string& ext, int quality = 90) {
-  std::vector<uint8_t> out;
-  std::vector<int> params;
-  if (ext == ".jpg") params = {cv::IMWRITE_JPEG_QUALITY, quality};
-  EXPECT_TRUE(cv::imencode(ext, image, out, params));
-  return out;
+// Full-resolution RGB or gray, through imgcodecs where the build has it; otherwise through
+// image_codec.h, which image_codec_test.cc compares with imgcodecs wherever both are built.
+cv::Mat DecodeForReference(const std::vector<uint8_t>& encoded, int channels) {
+#if CARPOOL_HAVE_IMGCODECS
+  cv::Mat image = cv::imdecode(encoded, (channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR) |
+                                            cv::IMREAD_IGNORE_ORIENTATION);
+  if (channels == 3) cv::cvtColor(image, image, cv::COLOR_BGR2RGB);
+  return image;
+#else
+  Result<cv::Mat> image = DecodeImage(encoded, channels);
+  EXPECT_TRUE(image.ok()) << image.status().ToString();
+  return image.ok() ? *image : cv::Mat();
+#endif
 }
 
 // The reference: full-resolution decode, resize of the shorter side (rounded half up), center
 // crop, RGB; written independently of prepare.cc.
 cv::Mat Reference(const std::vector<uint8_t>& encoded, int resize, int crop, int channels) {
-  cv::Mat image = cv::imdecode(encoded, (channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR) |
-                                            cv::IMREAD_IGNORE_ORIENTATION);
+  cv::Mat image = DecodeForReference(encoded, channels);
   if (resize > 0) {
     const bool portrait = image.cols <= image.rows;
     const double longer = portrait ? image.rows : image.cols;
@@ -66,7 +59,6 @@ cv::Mat Reference(const std::vector<uint8_t>& encoded, int resize, int crop, int
   if (crop > 0) {
     image = image(cv::Rect((image.cols - crop) / 2, (image.rows - crop) / 2, crop, crop)).clone();
   }
-  if (channels == 3) cv::cvtColor(image, image, cv::COLOR_BGR2RGB);
   return image;
 }
 
@@ -97,6 +89,8 @@ TEST(PrepareTest, ReducedDecodeFactorPicksLargestThatKeepsShorterSide) {
   EXPECT_EQ(ReducedDecodeFactor(Spec(100, 0), 800, 800), 8);
   EXPECT_EQ(ReducedDecodeFactor(Spec(101, 0), 800, 800), 4);
   EXPECT_EQ(ReducedDecodeFactor(Spec(0, 100), 4000, 3000), 1);  // no resize: keep the scale
+  EXPECT_EQ(ReducedDecodeFactor(Spec(1, 0), 7, 7), 1);          // under 8 pixels: full decode
+  EXPECT_EQ(ReducedDecodeFactor(Spec(1, 0), 8, 3), 2);
   PrepareSpec raw;
   raw.raw = true;
   EXPECT_EQ(ReducedDecodeFactor(raw, 4000, 3000), 1);
@@ -126,9 +120,10 @@ TEST(PrepareTest, GrayscalePngAndUpscaleEqualOpenCvExactly) {
 }
 
 TEST(PrepareTest, ProgressiveJpegDecodesAndTruncationIsCaught) {
-  std::vector<uint8_t> jpeg;
-  ASSERT_TRUE(cv::imencode(".jpg", MakePhoto(400, 300, 12), jpeg,
-                           {cv::IMWRITE_JPEG_QUALITY, 90, cv::IMWRITE_JPEG_PROGRESSIVE, 1}));
+  Result<std::vector<uint8_t>> encoded = EncodeJpeg(MakePhoto(400, 300, 12), ChannelOrder::kBgr,
+                                                   {.quality = 90, .progressive = true});
+  ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
+  const std::vector<uint8_t>& jpeg = *encoded;
   Result<PreparedImage> full = PrepareSample(Spec(200, 200), jpeg);
   ASSERT_TRUE(full.ok()) << full.status().ToString();
   ExpectExact(*full, Reference(jpeg, 200, 200, 3));
@@ -213,6 +208,12 @@ TEST(PrepareTest, ShapesAgreeWithTheReferenceOverRandomSizes) {
 TEST(PrepareTest, ShapeForOtherFormatsDecodes) {
   const std::vector<uint8_t> bmp = Encode(MakePhoto(40, 30, 6), ".bmp");
   Result<PreparedShape> shape = PreparedShapeFor(Spec(15, 0), bmp);
+  if (!HaveImgcodecs()) {  // only imgcodecs decodes BMP: the error names the format
+    EXPECT_EQ(shape.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(shape.status().message().find("BMP"), std::string::npos) << shape.status().ToString();
+    EXPECT_EQ(PrepareSample(Spec(15, 0), bmp).status().code(), StatusCode::kInvalidArgument);
+    return;
+  }
   ASSERT_TRUE(shape.ok()) << shape.status().ToString();
   EXPECT_EQ(*shape, (PreparedShape{15, 20, 3}));
   Result<PreparedImage> got = PrepareSample(Spec(15, 0), bmp);

@@ -1,0 +1,249 @@
+"""The GPU path end to end (issue 9): a real `carpool server --gpus 0`, jobs with device="cuda:0".
+
+Checks byte equality with the CPU path for several transforms and dtypes, that a sample shared by
+jobs on one GPU crosses PCIe once, that tensors are writable and private, that a kill -9 of a job
+leaks no device memory, and the device errors. Skips, with a message, where torch sees no GPU.
+"""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import carpool
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - numpy-only machines
+    torch = None
+
+HERE = pathlib.Path(__file__).resolve().parent
+COUNT = 96  # synthetic JPEGs
+PREPARED = 64 * 64 * 3  # bytes of one prepared sample (resize=64,crop=64)
+TRANSFORMS = [
+    "random_crop(48)|flip|normalize(imagenet)|float16|nchw",
+    "random_crop(56)|flip|float32|nhwc",
+    "center_crop(40)|uint8|nhwc",
+    "random_crop(32)|normalize(0.5,0.4,0.3,0.2,0.25,0.3)|float32|nchw",
+    "flip|float16|nhwc",
+]
+
+
+def setUpModule():
+    if torch is None or not torch.cuda.is_available():
+        raise unittest.SkipTest("no CUDA device: skipping GPU tests")
+
+
+class GpuServer:
+    """JPEGs made by `carpool dataset gen`, registered as "jpegs", and a server on GPU 0."""
+
+    def __init__(self, **flags):
+        self.tmp = tempfile.TemporaryDirectory(prefix="carpool-gputest-")
+        self.state = pathlib.Path(self.tmp.name)
+        images = self.state / "images"
+        carpool.cli("dataset", "gen", str(images), "--count", str(COUNT), "--size", "96x80",
+                    "--classes", "4", "-q", state_dir=self.state)
+        carpool.cli("dataset", "add", "jpegs", "--dir", str(images), "--prepare",
+                    "resize=64,crop=64", "--quiet", state_dir=self.state)
+        base = dict(cache_size="64MiB", workers=4, lease="1s", gpus="0", gpu_cache_size="64MiB")
+        base.update(flags)
+        self.server = carpool.Server(self.state, log=str(self.state / "server.log"), **base)
+        self.server.start()
+        self.socket = self.server.socket
+
+    def stats(self):
+        return carpool.server_stats(socket=self.socket)
+
+    def close(self):
+        self.server.stop()
+        self.tmp.cleanup()
+
+
+def by_sample(loader, as_bytes):
+    """(epoch, sample id) -> (image bytes, label) over every batch of the loader."""
+    out = {}
+    for epoch in range(loader.epochs):
+        for images, labels in loader:
+            host_images, host_labels = images.cpu(), labels.cpu()
+            for i, sid in enumerate(loader.ids.tolist()):
+                out[(epoch, sid)] = (as_bytes(host_images[i]), int(host_labels[i]))
+    return out
+
+
+class GpuPathTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = GpuServer()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.close()
+
+    def loader(self, **kw):
+        kw.setdefault("socket", self.srv.socket)
+        kw.setdefault("timeout", 20.0)
+        return carpool.Loader("jpegs", **kw)
+
+    def test_tensors_are_cuda_and_equal_the_cpu_path_byte_for_byte(self):
+        def raw(t):
+            return t.contiguous().view(torch.uint8).numpy().tobytes()
+
+        for k, transform in enumerate(TRANSFORMS):
+            with self.subTest(transform=transform):
+                seed = 1000 + k
+                with self.loader(batch_size=20, epochs=2, transform=transform, seed=seed,
+                                 device="cuda:0") as gpu:
+                    self.assertEqual(gpu.device, "cuda:0")
+                    images, labels = next(iter(gpu))
+                    self.assertEqual(images.device, torch.device("cuda:0"))
+                    self.assertEqual(labels.device, torch.device("cuda:0"))
+                    self.assertEqual(labels.dtype, torch.int64)
+                    self.assertEqual(images.data_ptr(), gpu._images_address, "not zero-copy")
+                with self.loader(batch_size=20, epochs=2, transform=transform, seed=seed,
+                                 device="cuda:0") as gpu, \
+                        self.loader(batch_size=32, epochs=2, transform=transform, seed=seed) as cpu:
+                    got = by_sample(gpu, raw)
+                    want = by_sample(cpu, raw)
+                self.assertEqual(len(want), 2 * COUNT)
+                self.assertEqual(set(got), set(want))
+                differing = [key for key in want if got[key] != want[key]]
+                self.assertEqual(differing, [], f"{len(differing)} samples differ")
+
+    def test_tensors_are_writable_and_private(self):
+        transform = "center_crop(48)|float32|nchw"
+        with self.loader(batch_size=16, transform=transform, seed=5, device="cuda:0") as a, \
+                self.loader(batch_size=16, transform=transform, seed=5, device="cuda:0") as b:
+            ia, _ = next(iter(a))
+            ib, _ = next(iter(b))
+            self.assertNotEqual(ia.data_ptr(), ib.data_ptr())
+            before = ib.clone()
+            ia.sub_(0.5).mul_(2.0)  # in place, as training code does
+            torch.cuda.synchronize()
+            self.assertTrue(torch.equal(ib, before), "one job's write reached another's batch")
+            # The next batch of the written slot's job is still delivered whole.
+            for images, _ in a:
+                self.assertTrue(bool(torch.isfinite(images).all()))
+                self.assertGreaterEqual(float(images.min()), 0.0)
+
+    def test_a_sample_shared_by_jobs_on_one_gpu_crosses_pcie_once(self):
+        srv = GpuServer(gpu_cache_size="64MiB")  # holds all 96 samples (18 MiB)
+        try:
+            before = srv.stats()["gpus"][0]
+            loaders = [carpool.Loader("jpegs", batch_size=16, epochs=2, seed=s, device="cuda:0",
+                                      transform="random_crop(48)|flip|float16|nchw",
+                                      socket=srv.socket, timeout=20.0) for s in range(3)]
+            delivered = 0
+            active = list(loaders)
+            while active:  # round-robin: the jobs run side by side
+                for ld in list(active):
+                    try:
+                        if not hasattr(ld, "_it"):
+                            ld._it = iter(ld)
+                        images, _ = next(ld._it)
+                        delivered += images.shape[0]
+                    except StopIteration:
+                        if ld.epoch >= ld.epochs:
+                            active.remove(ld)
+                        else:
+                            ld._it = iter(ld)
+            for ld in loaders:
+                ld.close()
+            after = srv.stats()["gpus"][0]
+            self.assertEqual(delivered, 3 * 2 * COUNT)
+            uploads = after["uploads"] - before["uploads"]
+            self.assertEqual(uploads, COUNT, "each sample once per GPU")
+            self.assertEqual(after["upload_bytes"] - before["upload_bytes"], COUNT * PREPARED)
+            self.assertEqual(after["resident_hits"] - before["resident_hits"], delivered - COUNT)
+        finally:
+            srv.close()
+
+    def test_a_small_resident_area_still_delivers_exact_epochs(self):
+        srv = GpuServer(gpu_cache_size="1MiB")  # 85 of the 96 samples of 12 KiB fit: evictions
+        try:
+            with carpool.Loader("jpegs", batch_size=32, epochs=2, device="cuda:0",
+                                socket=srv.socket, transform="uint8|nhwc", timeout=20.0) as ld:
+                for epoch in range(2):
+                    ids = []
+                    for _, _ in ld:
+                        ids += ld.ids.tolist()
+                    self.assertEqual(sorted(ids), sorted(set(ids)))
+                    self.assertEqual(len(ids), COUNT)
+            g = srv.stats()["gpus"][0]
+            self.assertLessEqual(g["resident_bytes"], g["resident_capacity"])
+        finally:
+            srv.close()
+
+    def test_bad_device_index_is_a_clear_error(self):
+        with self.assertRaises(carpool.CarpoolError) as e:
+            self.loader(batch_size=8, device="cuda:7")
+        self.assertIn('device "cuda:7" is not served by this server', str(e.exception))
+        self.assertIn("cuda:0", str(e.exception))
+        with self.assertRaises(carpool.CarpoolError):
+            self.loader(batch_size=8, device="tpu:0")
+
+    def test_kill_9_of_a_job_leaks_no_device_memory(self):
+        def server_device_bytes():
+            out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                                  "--format=csv,noheader,nounits"], capture_output=True,
+                                 text=True).stdout
+            for line in out.splitlines():
+                pid, mib = [x.strip() for x in line.split(",")]
+                if pid == str(self.srv.server.proc.pid):
+                    return int(mib)
+            return None
+
+        def pool():
+            g = self.srv.stats()["gpus"][0]
+            return g["pool_bytes"], g["pool_slots"]
+
+        self.assertEqual(pool(), (0, 0))
+        baseline = server_device_bytes()
+        code = (
+            "import sys, time, carpool\n"
+            f"ld = carpool.Loader('jpegs', batch_size=64, device='cuda:0', socket={self.srv.socket!r},"
+            " transform='float32|nchw', prefetch=4, epochs=100)\n"
+            "it = iter(ld); next(it); print('ready', flush=True); time.sleep(60)\n")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env)
+        try:
+            self.assertEqual(child.stdout.readline().strip(), b"ready")
+            held = pool()
+            self.assertEqual(held[1], 4)
+            self.assertGreater(held[0], 4 * 64 * 64 * 64 * 3 * 4)
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+            deadline = time.monotonic() + 5
+            while pool() != (0, 0) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(pool(), (0, 0), "device slots of the killed job are still held")
+            self.assertEqual(self.srv.stats()["jobs"], [])
+            if baseline is not None:  # nvidia-smi may not list processes in a container
+                self.assertEqual(server_device_bytes(), baseline)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+class NoGpuServerTest(unittest.TestCase):
+    def test_server_with_gpus_none_refuses_cuda_jobs(self):
+        srv = GpuServer(gpus="none")
+        try:
+            with self.assertRaises(carpool.CarpoolError) as e:
+                carpool.Loader("jpegs", batch_size=8, device="cuda:0", socket=srv.socket)
+            self.assertIn("serves no GPU", str(e.exception))
+            self.assertEqual(srv.stats()["gpus"], [])
+            with carpool.Loader("jpegs", batch_size=32, socket=srv.socket) as cpu:
+                n = sum(images.shape[0] for images, _ in cpu)
+            self.assertEqual(n, COUNT)
+        finally:
+            srv.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
