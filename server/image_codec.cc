@@ -113,8 +113,8 @@ Result<ImageHeader> ReadPngHeader(std::span<const uint8_t> d) {
   static constexpr int kChannels[7] = {1, 0, 3, 3, 2, 0, 4};
   const int components = d[25] <= 6 ? kChannels[d[25]] : 0;
   if (components == 0) {
-    return Status::Corruption(fmt::format("PNG header gives colour type {}; expected 0, 2, 3, 4 or 6",
-                                          d[25]));
+    return Status::Corruption(
+        fmt::format("PNG header gives colour type {}; expected 0, 2, 3, 4 or 6", d[25]));
   }
   return ImageHeader{ImageFormat::kPng, static_cast<int>(w), static_cast<int>(h), components};
 }
@@ -247,7 +247,8 @@ Result<ImageHeader> ReadImageHeader(std::span<const uint8_t> encoded) {
 
 Result<cv::Mat> DecodeJpeg(std::span<const uint8_t> encoded, int channels, int factor) {
   if (channels != 1 && channels != 3) {
-    return Status::InvalidArgument(fmt::format("JPEG decode to {} channels; expected 1 or 3", channels));
+    return Status::InvalidArgument(
+        fmt::format("JPEG decode to {} channels; expected 1 or 3", channels));
   }
   if (factor != 1 && factor != 2 && factor != 4 && factor != 8) {
     return Status::InvalidArgument(
@@ -266,7 +267,8 @@ Result<cv::Mat> DecodeJpeg(std::span<const uint8_t> encoded, int channels, int f
   int count = 0;
   const tjscalingfactor* factors = tjGetScalingFactors(&count);
   for (int i = 0; factors != nullptr && i < count; ++i) {
-    if (TJSCALED(header->width, factors[i]) > width || TJSCALED(header->height, factors[i]) > height)
+    if (TJSCALED(header->width, factors[i]) > width ||
+        TJSCALED(header->height, factors[i]) > height)
       continue;
     if (factors[i].num != 1 || factors[i].denom != factor) {
       return Status::InvalidArgument(fmt::format(
@@ -328,9 +330,9 @@ Result<std::vector<uint8_t>> EncodeJpeg(const cv::Mat& image, ChannelOrder order
   }
   unsigned char* buffer = nullptr;
   unsigned long size = 0;
-  const int rc = tjCompress2(tj.get(), image.data, image.cols, static_cast<int>(image.step),
-                             image.rows, pixel_format, &buffer, &size, subsampling,
-                             options.quality, flags);
+  const int rc =
+      tjCompress2(tj.get(), image.data, image.cols, static_cast<int>(image.step), image.rows,
+                  pixel_format, &buffer, &size, subsampling, options.quality, flags);
   const std::unique_ptr<unsigned char, TjBufferDeleter> owned(buffer);
   if (rc != 0) {
     return Status::Internal(fmt::format("JPEG encode of a {}x{} image failed: {}", image.cols,

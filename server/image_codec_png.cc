@@ -89,7 +89,8 @@ bool ReadPngRows(PngReadStruct* s, int channels, png_bytepp rows, size_t row_byt
   }
   png_set_interlace_handling(s->png);
   png_read_update_info(s->png, s->info);
-  if (png_get_rowbytes(s->png, s->info) != row_bytes || png_get_channels(s->png, s->info) != channels) {
+  if (png_get_rowbytes(s->png, s->info) != row_bytes ||
+      png_get_channels(s->png, s->info) != channels) {
     png_error(s->png, "unexpected row layout after the transformations");
   }
   png_read_image(s->png, rows);
@@ -159,11 +160,13 @@ Result<PngLayout> ToPngLayout(const cv::Mat& image, ChannelOrder order,
       }
       if (options.palette) {
         const uint32_t key = pixel[0] | (pixel[1] << 8) | (pixel[2] << 16) | (pixel[3] << 24);
-        auto [it, added] = palette_index.try_emplace(key, static_cast<uint8_t>(palette_index.size()));
+        auto [it, added] =
+            palette_index.try_emplace(key, static_cast<uint8_t>(palette_index.size()));
         if (added) {
           if (palette_index.size() > 256) {
-            return Status::InvalidArgument(fmt::format(
-                "PNG palette encode of a {}x{} image with over 256 colours", image.cols, image.rows));
+            return Status::InvalidArgument(
+                fmt::format("PNG palette encode of a {}x{} image with over 256 colours", image.cols,
+                            image.rows));
           }
           layout.palette.push_back(png_color{static_cast<png_byte>(pixel[0]),
                                              static_cast<png_byte>(pixel[1]),
@@ -196,7 +199,8 @@ Result<PngLayout> ToPngLayout(const cv::Mat& image, ChannelOrder order,
 
 Result<cv::Mat> DecodePng(std::span<const uint8_t> encoded, int channels) {
   if (channels != 1 && channels != 3) {
-    return Status::InvalidArgument(fmt::format("PNG decode to {} channels; expected 1 or 3", channels));
+    return Status::InvalidArgument(
+        fmt::format("PNG decode to {} channels; expected 1 or 3", channels));
   }
   Result<ImageHeader> header = ReadImageHeader(encoded);
   if (!header.ok()) return header.status();
@@ -236,10 +240,10 @@ Result<std::vector<uint8_t>> EncodePng(const cv::Mat& image, ChannelOrder order,
         "to 4 channels",
         image.cols, image.rows, image.type()));
   }
-  const bool gray_bits_ok = options.gray_bits == 8 ||
-                            ((options.gray_bits == 1 || options.gray_bits == 2 ||
-                              options.gray_bits == 4) &&
-                             image.type() == CV_8UC1 && !options.palette);
+  const bool gray_bits_ok =
+      options.gray_bits == 8 ||
+      ((options.gray_bits == 1 || options.gray_bits == 2 || options.gray_bits == 4) &&
+       image.type() == CV_8UC1 && !options.palette);
   if (!gray_bits_ok || (options.palette && image.type() != CV_8UC3 && image.type() != CV_8UC4)) {
     return Status::InvalidArgument(fmt::format(
         "PNG encode options (palette={}, gray_bits={}) do not fit OpenCV type {}; palette needs "

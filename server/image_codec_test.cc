@@ -66,8 +66,8 @@ std::vector<Sample> JpegSamples() {
     cv::Mat gray;
     cv::cvtColor(colour, gray, cv::COLOR_BGR2GRAY);
     for (int quality : {50, 90, 100}) {
-      const std::string at = std::to_string(size.width) + "x" + std::to_string(size.height) +
-                             " q" + std::to_string(quality);
+      const std::string at = std::to_string(size.width) + "x" + std::to_string(size.height) + " q" +
+                             std::to_string(quality);
       samples.push_back({"420 " + at, MustJpeg(colour, {quality, true, false})});
       samples.push_back({"444 " + at, MustJpeg(colour, {quality, false, false})});
       samples.push_back({"420 progressive " + at, MustJpeg(colour, {quality, true, true})});
@@ -90,7 +90,8 @@ std::vector<Sample> PngSamples() {
     cv::cvtColor(bgr, gray, cv::COLOR_BGR2GRAY);
     cv::cvtColor(bgr, bgra, cv::COLOR_BGR2BGRA);
     for (int y = 0; y < bgra.rows; ++y) {
-      for (int x = 0; x < bgra.cols; ++x) bgra.at<cv::Vec4b>(y, x)[3] = static_cast<uint8_t>(x * 9 + y);
+      for (int x = 0; x < bgra.cols; ++x)
+        bgra.at<cv::Vec4b>(y, x)[3] = static_cast<uint8_t>(x * 9 + y);
     }
     cv::Mat alpha;
     cv::extractChannel(bgra, alpha, 3);
@@ -104,7 +105,8 @@ std::vector<Sample> PngSamples() {
     const std::string at = std::to_string(size.width) + "x" + std::to_string(size.height);
     samples.push_back({"gray " + at, MustPng(gray)});
     for (int bits : {1, 2, 4}) {
-      samples.push_back({"gray " + std::to_string(bits) + "-bit " + at, MustPng(gray, {.gray_bits = bits})});
+      samples.push_back(
+          {"gray " + std::to_string(bits) + "-bit " + at, MustPng(gray, {.gray_bits = bits})});
     }
     samples.push_back({"gray+alpha " + at, MustPng(gray_alpha)});
     samples.push_back({"rgb " + at, MustPng(bgr)});
@@ -133,18 +135,24 @@ Difference Compare(const cv::Mat& got, const cv::Mat& want) {
   cv::Mat diff;
   cv::absdiff(got, want, diff);
   d.max_abs = cv::norm(diff.reshape(1), cv::NORM_INF);
-  d.fraction = static_cast<double>(cv::countNonZero(diff.reshape(1))) / diff.total() /
-               diff.channels();
+  d.fraction =
+      static_cast<double>(cv::countNonZero(diff.reshape(1))) / diff.total() / diff.channels();
   return d;
 }
 
 #if CARPOOL_HAVE_IMGCODECS
 int ImreadFlags(int channels, int factor) {
-  static constexpr int kColor[9] = {0, cv::IMREAD_COLOR, cv::IMREAD_REDUCED_COLOR_2, 0,
-                                    cv::IMREAD_REDUCED_COLOR_4, 0, 0, 0,
-                                    cv::IMREAD_REDUCED_COLOR_8};
-  static constexpr int kGray[9] = {0, cv::IMREAD_GRAYSCALE, cv::IMREAD_REDUCED_GRAYSCALE_2, 0,
-                                   cv::IMREAD_REDUCED_GRAYSCALE_4, 0, 0, 0,
+  static constexpr int kColor[9] = {
+      0, cv::IMREAD_COLOR,          cv::IMREAD_REDUCED_COLOR_2, 0, cv::IMREAD_REDUCED_COLOR_4, 0, 0,
+      0, cv::IMREAD_REDUCED_COLOR_8};
+  static constexpr int kGray[9] = {0,
+                                   cv::IMREAD_GRAYSCALE,
+                                   cv::IMREAD_REDUCED_GRAYSCALE_2,
+                                   0,
+                                   cv::IMREAD_REDUCED_GRAYSCALE_4,
+                                   0,
+                                   0,
+                                   0,
                                    cv::IMREAD_REDUCED_GRAYSCALE_8};
   return (channels == 1 ? kGray[factor] : kColor[factor]) | cv::IMREAD_IGNORE_ORIENTATION;
 }
@@ -164,7 +172,8 @@ TEST(ImageCodecTest, JpegEncoderWritesTheBytesOfImencode) {
     cv::cvtColor(colour, rgb, cv::COLOR_BGR2RGB);
     for (int quality : {50, 90, 95, 100}) {
       for (bool progressive : {false, true}) {
-        SCOPED_TRACE(testing::Message() << size << " q" << quality << " progressive=" << progressive);
+        SCOPED_TRACE(testing::Message()
+                     << size << " q" << quality << " progressive=" << progressive);
         const std::vector<int> params = {cv::IMWRITE_JPEG_QUALITY, quality,
                                          cv::IMWRITE_JPEG_PROGRESSIVE, progressive ? 1 : 0};
         for (const cv::Mat& image : {colour, gray}) {
@@ -190,8 +199,8 @@ TEST(ImageCodecTest, JpegDecodeEqualsImgcodecs) {
     ASSERT_FALSE(sample.bytes.empty()) << sample.name;
     for (int channels : {1, 3}) {
       for (int factor : {1, 2, 4, 8}) {
-        SCOPED_TRACE(testing::Message() << sample.name << " channels=" << channels
-                                        << " factor=" << factor);
+        SCOPED_TRACE(testing::Message()
+                     << sample.name << " channels=" << channels << " factor=" << factor);
         Result<cv::Mat> got = DecodeJpeg(sample.bytes, channels, factor);
         const cv::Mat want = Imdecode(sample.bytes, channels, factor);
         ASSERT_FALSE(want.empty());
@@ -210,9 +219,10 @@ TEST(ImageCodecTest, JpegDecodeEqualsImgcodecs) {
       }
     }
   }
-  std::printf("JPEG: %d decodes compared with imgcodecs, %d byte-identical; %d refused "
-              "(factor TurboJPEG cannot select)\n",
-              cases, equal, refused);
+  std::printf(
+      "JPEG: %d decodes compared with imgcodecs, %d byte-identical; %d refused "
+      "(factor TurboJPEG cannot select)\n",
+      cases, equal, refused);
   EXPECT_EQ(cases + refused, static_cast<int>(JpegSamples().size()) * 8);
   EXPECT_GT(cases, 700);
 }
@@ -221,8 +231,8 @@ TEST(ImageCodecTest, PngDecodeEqualsImgcodecs) {
   std::vector<Sample> samples = PngSamples();
   // imgcodecs' own PNGs too (its writer uses other filters and zlib settings).
   const cv::Mat bgr = MakePhoto(70, 50, 3);
-  for (const auto& [name, image] : {std::pair<std::string, cv::Mat>{"imencode rgb", bgr},
-                                    {"imencode 16-bit rgb", cv::Mat()}}) {
+  for (const auto& [name, image] :
+       {std::pair<std::string, cv::Mat>{"imencode rgb", bgr}, {"imencode 16-bit rgb", cv::Mat()}}) {
     cv::Mat source = image;
     if (source.empty()) bgr.convertTo(source, CV_16UC3, 250.0);
     std::vector<uint8_t> bytes;
@@ -266,7 +276,8 @@ TEST(ImageCodecTest, OtherFormatsNameTheFormatWithoutImgcodecs) {
 TEST(ImageCodecTest, SniffsFormatsBySignature) {
   using namespace std::literals;
   auto sniff = [](std::string_view bytes) {
-    return SniffImageFormat(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+    return SniffImageFormat(
+        std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
   };
   EXPECT_EQ(sniff("\xFF\xD8\xFF\xE0"), ImageFormat::kJpeg);
   EXPECT_EQ(sniff("\x89PNG\r\n\x1A\n...."), ImageFormat::kPng);
@@ -288,8 +299,8 @@ TEST(ImageCodecTest, GeneratedFilesDecodeAtEveryFactor) {
     ASSERT_TRUE(header.ok()) << sample.name << ": " << header.status().ToString();
     for (int channels : {1, 3}) {
       for (int factor : {1, 2, 4, 8}) {
-        SCOPED_TRACE(testing::Message() << sample.name << " channels=" << channels
-                                        << " factor=" << factor);
+        SCOPED_TRACE(testing::Message()
+                     << sample.name << " channels=" << channels << " factor=" << factor);
         Result<cv::Mat> got = DecodeJpeg(sample.bytes, channels, factor);
         const cv::Size want((header->width + factor - 1) / factor,
                             (header->height + factor - 1) / factor);
@@ -381,8 +392,8 @@ TEST(ImageCodecTest, TruncatedInputIsCorruption) {
   };
   for (const Sample& file : files) {
     for (size_t length = 0; length < file.bytes.size(); ++length) {
-      SCOPED_TRACE(testing::Message() << file.name << " cut to " << length << " of "
-                                      << file.bytes.size());
+      SCOPED_TRACE(testing::Message()
+                   << file.name << " cut to " << length << " of " << file.bytes.size());
       const std::span<const uint8_t> cut(file.bytes.data(), length);
       for (int channels : {1, 3}) {
         Result<cv::Mat> got = DecodeImage(cut, channels);
@@ -401,7 +412,8 @@ TEST(ImageCodecTest, MutatedInputNeverCrashes) {
     int failures = 0;
     for (int trial = 0; trial < 400; ++trial) {
       std::vector<uint8_t> bytes = file.bytes;
-      for (int k = 0; k < 1 + trial % 4; ++k) bytes[rng() % bytes.size()] = static_cast<uint8_t>(rng());
+      for (int k = 0; k < 1 + trial % 4; ++k)
+        bytes[rng() % bytes.size()] = static_cast<uint8_t>(rng());
       Result<ImageHeader> header = ReadImageHeader(bytes);
       Result<cv::Mat> got = DecodeImage(bytes, 3, trial % 2 == 0 ? 1 : 2);
       if (got.ok()) {

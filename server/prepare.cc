@@ -134,9 +134,8 @@ Result<PreparedShape> PrepareInto(const PrepareSpec& spec, std::span<const uint8
   if (spec.raw) return PrepareRaw(spec, encoded, &dst, raw_shape);
   Result<ImageHeader> info = ReadImageHeader(encoded);
   if (!info.ok()) return info.status();
-  const int factor = info->format == ImageFormat::kJpeg
-                         ? ReducedDecodeFactor(spec, info->width, info->height)
-                         : 1;
+  const int factor =
+      info->format == ImageFormat::kJpeg ? ReducedDecodeFactor(spec, info->width, info->height) : 1;
   Result<cv::Mat> decoded = DecodeImage(encoded, spec.channels, factor);
   if (!decoded.ok()) return decoded.status();
   if (info->width == 0) {  // no cheap header: the decoded image is the truth

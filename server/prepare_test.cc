@@ -19,7 +19,7 @@ namespace {
 
 std::vector<uint8_t> Encode(const cv::Mat& image, const std::string& ext, int quality = 90) {
   Result<std::vector<uint8_t>> out =
-      ext == ".jpg" ? EncodeJpeg(image, ChannelOrder::kBgr, {.quality = quality})
+      ext == ".jpg"   ? EncodeJpeg(image, ChannelOrder::kBgr, {.quality = quality})
       : ext == ".bmp" ? Result<std::vector<uint8_t>>(EncodeBmp(image))
                       : EncodePng(image, ChannelOrder::kBgr);
   EXPECT_TRUE(out.ok()) << out.status().ToString();
@@ -120,8 +120,8 @@ TEST(PrepareTest, GrayscalePngAndUpscaleEqualOpenCvExactly) {
 }
 
 TEST(PrepareTest, ProgressiveJpegDecodesAndTruncationIsCaught) {
-  Result<std::vector<uint8_t>> encoded = EncodeJpeg(MakePhoto(400, 300, 12), ChannelOrder::kBgr,
-                                                   {.quality = 90, .progressive = true});
+  Result<std::vector<uint8_t>> encoded =
+      EncodeJpeg(MakePhoto(400, 300, 12), ChannelOrder::kBgr, {.quality = 90, .progressive = true});
   ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
   const std::vector<uint8_t>& jpeg = *encoded;
   Result<PreparedImage> full = PrepareSample(Spec(200, 200), jpeg);

@@ -145,10 +145,10 @@ int DatasetGen(int argc, char** argv) {
       bool ok = f != nullptr && std::fwrite(jpeg->data(), 1, jpeg->size(), f) == jpeg->size();
       if (f != nullptr) ok = std::fclose(f) == 0 && ok;
       if (!ok && !failed.exchange(true)) {
-        failure = jpeg.ok() ? Status::IOError(fmt::format(
-                                  "cannot write \"{}\"; check free space and permissions",
-                                  file.string()))
-                            : jpeg.status();
+        failure = jpeg.ok()
+                      ? Status::IOError(fmt::format(
+                            "cannot write \"{}\"; check free space and permissions", file.string()))
+                      : jpeg.status();
       }
       bytes += jpeg.ok() ? jpeg->size() : 0;
       ++done;
