@@ -1,0 +1,700 @@
+#!/usr/bin/python3
+"""Issue 9: carpool's GPU path end to end, against torchvision's DataLoader in the same run.
+
+  bench_gpu.py [--count 20000] [--scenarios n1 n2 n4 overlap late slow] [--epochs 1]
+               [--max-seconds 45] [--json-out F] [--md-out F] [--smoke]
+
+Every job is a real ResNet-18 training process (spawned), on one GPU: bf16 autocast,
+channels_last, batch 256, SGD lr 0.1 momentum 0.9. Each scenario runs twice, back to back:
+  carpool:  a fresh `carpool server --gpus N --workers W` and one carpool.Loader(device=cuda:N) per
+            job, transform random_crop(224)|flip|normalize(imagenet)|float16|nhwc;
+  baseline: torchvision ImageFolder + DataLoader(shuffle, pin_memory) per job, the same pipeline,
+            the same W CPU workers split over the jobs, non_blocking copies to the GPU.
+Also measured in the run: the GPU's training rate on synthetic on-GPU input, and the server's
+prepare rate (one job that drops its batches). They give each scenario's physical limit.
+docs/benchmarks.md ("Issue 9: GPU end to end") gives the method and the columns; scripts/gpu_bench.sh
+runs this on the GPU machine from the bundle. --smoke: 200 images, CPU, a tiny model, batch 8, to
+test the orchestration without a GPU (the carpool side runs only where a carpool build exists)."""
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import pathlib
+import queue as queue_mod
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+# After PYTHONPATH: the bundle's package (scripts/gpu_bench.sh) wins over the source tree's.
+sys.path.append(str(HERE.parent / "client" / "python"))
+
+from bench_torchvision import job_workers  # noqa: E402
+
+PREPARE = "resize=256,crop=256"
+SAMPLE_BYTES = 256 * 256 * 3  # one prepared sample in the cache (uint8 HWC)
+CROP = 224
+IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+OVERLAP_PARTS = 5  # overlap scenario: a shared core of S/5 ids plus a private S/5 per job
+
+# name: (description, dataset of each job, late jobs, slow jobs)
+SCENARIOS = {
+    "n1": ("1 job", ["all"], (), ()),
+    "n2": ("2 jobs, same dataset", ["all"] * 2, (), ()),
+    "n4": ("4 jobs, same dataset", ["all"] * 4, (), ()),
+    "overlap": ("4 jobs, pairwise 50% overlap", [f"ov{i}" for i in range(4)], (), ()),
+    "late": ("4 jobs, job 3 starts at 30%", ["all"] * 4, (3,), ()),
+    "slow": ("2 jobs, job 1 at half speed", ["all"] * 2, (), (1,)),
+}
+
+
+# ---------------------------------------------------------------- a job (one spawned process)
+
+def make_model(torch, spec, dev):
+    from torch import nn
+    torch.manual_seed(spec["seed"])
+    if spec["model"] == "tiny":
+        model = nn.Sequential(nn.Conv2d(3, 8, 7, stride=4), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                              nn.Flatten(), nn.Linear(8, spec["classes"]))
+    else:
+        import torchvision
+        model = torchvision.models.resnet18(num_classes=spec["classes"])
+    model = model.to(dev, memory_format=torch.channels_last)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def make_step(torch, model, opt, dev):
+    loss_fn = torch.nn.CrossEntropyLoss()
+    cuda = dev.type == "cuda"
+
+    def step(x, y):
+        if not cuda:
+            x = x.float()  # CPU convolutions take no float16 (smoke mode)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=cuda):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def carpool_batches(spec):
+    import carpool
+    nhwc = "nhwc" in spec["transform"]
+    with carpool.Loader(spec["dataset"], batch_size=spec["batch_size"], epochs=spec["epochs"],
+                        transform=spec["transform"], device=spec["device"], socket=spec["socket"],
+                        seed=spec["seed"], prefetch=spec["prefetch"]) as loader:
+        for _ in range(loader.epochs):
+            for images, labels in loader:
+                # NHWC permuted is channels_last NCHW: no copy. The loader hands the slot back
+                # only once the GPU work queued on the batch has finished.
+                yield (images.permute(0, 3, 1, 2) if nhwc else images), labels
+
+
+def torchvision_loader(spec, torch):
+    from torch.utils.data import DataLoader, Subset
+    from torchvision import datasets, transforms
+    tf = transforms.Compose([
+        transforms.Resize(256), transforms.CenterCrop(256),  # the prepare spec resize=256,crop=256
+        transforms.RandomCrop(CROP), transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    data = datasets.ImageFolder(spec["root"], transform=tf)
+    if spec["indices"] is not None:
+        data = Subset(data, spec["indices"])
+    torch.manual_seed(spec["seed"])
+    return DataLoader(data, batch_size=spec["batch_size"], shuffle=True,
+                      num_workers=spec["workers"], pin_memory=spec["device"] != "cpu")
+
+
+def baseline_batches(spec, loader, dev, torch):
+    for _ in range(spec["epochs"]):
+        for images, labels in loader:
+            x = images.to(dev, non_blocking=True).contiguous(memory_format=torch.channels_last)
+            yield x, labels.to(dev, non_blocking=True)
+
+
+def synthetic_batches(x, y):
+    while True:
+        yield x, y
+
+
+def run_job(spec, go, stop, progress, out):
+    import torch
+    torch.set_num_threads(1)  # the cores belong to the loaders
+    dev = torch.device(spec["device"])
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.cuda.set_device(dev)
+        torch.backends.cudnn.benchmark = True
+    step, step_s = None, 0.0
+    if spec["side"] != "drop":
+        model, opt = make_model(torch, spec, dev)
+        step = make_step(torch, model, opt, dev)
+        b = spec["batch_size"]
+        x0 = torch.randn(b, 3, CROP, CROP, device=dev).to(memory_format=torch.channels_last)
+        x0, y0 = x0.half() if cuda else x0, torch.randint(0, spec["classes"], (b,), device=dev)
+        for _ in range(spec["warmup"] + 1):  # cuDNN picks its kernels here, before the clock
+            t = time.monotonic()
+            step(x0, y0)
+            if cuda:
+                torch.cuda.synchronize()
+            step_s = time.monotonic() - t
+    tv = torchvision_loader(spec, torch) if spec["side"] == "baseline" else None
+    out.put(("ready", spec["job"], {"torch": torch.__version__, "step_s": step_s,
+                                    "device": torch.cuda.get_device_name(dev) if cuda else "cpu"}))
+    go.wait()
+    start, cpu0 = time.monotonic(), os.times()
+    batches = (carpool_batches(spec) if spec["side"] in ("carpool", "drop")
+               else baseline_batches(spec, tv, dev, torch) if tv is not None
+               else synthetic_batches(x0, y0))
+    images = steps = 0
+    for x, y in batches:
+        for _ in range(spec["repeat"] if step else 0):
+            step(x, y)
+            steps += 1
+        if spec["sleep"]:
+            time.sleep(step_s)
+        images += len(y)
+        progress[spec["job"]] = images
+        if stop.is_set():
+            break
+    if cuda:
+        torch.cuda.synchronize()
+    end = time.monotonic()
+    batches.close()  # detaches from the server / joins the DataLoader's workers
+    cpu1 = os.times()
+    out.put(("done", spec["job"], {
+        "job": spec["job"], "dataset": spec["dataset_key"], "images": images, "steps": steps,
+        "start": start, "end": end, "seconds": end - start,
+        "images_per_s": images / (end - start) if end > start else 0.0,
+        "job_cpu_s": cpu1.user + cpu1.system - cpu0.user - cpu0.system,
+        "workers_cpu_s": (cpu1.children_user + cpu1.children_system - cpu0.children_user
+                          - cpu0.children_system), "workers": spec["workers"]}))
+
+
+def job_process(spec, go, stop, progress, out):
+    try:
+        run_job(spec, go, stop, progress, out)
+    except BaseException:
+        out.put(("error", spec["job"], traceback.format_exc()))
+        sys.exit(1)
+
+
+# ---------------------------------------------------------------- the orchestrator
+
+def run_jobs(specs, max_seconds, late=(), late_at=0.3, on_start=None, ready_timeout=600.0):
+    """Runs one process per spec; all but `late` start together once every one is warm, the late
+    ones when the others reached `late_at` of their planned images. At max_seconds every job is
+    told to stop after its current batch. Returns (results, ready infos, t0)."""
+    ctx = mp.get_context("spawn")  # no fork after CUDA; each job a fresh interpreter
+    n = len(specs)
+    progress, stop, out = ctx.Array("q", n), ctx.Event(), ctx.Queue()
+    gos = [ctx.Event() for _ in specs]
+    # Not daemonic: a baseline job's DataLoader starts worker processes of its own.
+    procs = [ctx.Process(target=job_process, args=(s, gos[i], stop, progress, out))
+             for i, s in enumerate(specs)]
+    ready, results = {}, {}
+
+    def receive(timeout):
+        try:
+            kind, job, payload = out.get(timeout=timeout)
+        except queue_mod.Empty:
+            for i, p in enumerate(procs):
+                if not p.is_alive() and i not in results and p.exitcode not in (None, 0):
+                    raise SystemExit(f"job {i} ({specs[i]['side']}) exited with {p.exitcode}; "
+                                     "see its error above")
+            return
+        if kind == "error":
+            print(payload, file=sys.stderr, flush=True)
+            raise SystemExit(f"job {job} ({specs[job]['side']}) failed: "
+                             f"{payload.strip().splitlines()[-1]}")
+        (ready if kind == "ready" else results)[job] = payload
+
+    try:
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + ready_timeout
+        while len(ready) < n:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"jobs not ready after {ready_timeout:.0f} s")
+            receive(0.5)
+        if on_start:
+            on_start()
+        t0 = time.monotonic()
+        waiting = [i for i in range(n) if i in late]
+        for i in range(n):
+            if i not in late:
+                gos[i].set()
+        while len(results) < n:
+            receive(0.1)
+            if not stop.is_set() and time.monotonic() - t0 > max_seconds:
+                stop.set()
+            on_time = [i for i in range(n) if i not in late]
+            if waiting and (stop.is_set() or all(i in results for i in on_time) or min(
+                    progress[i] / specs[i]["planned"] for i in on_time) >= late_at):
+                gos[waiting.pop(0)].set()
+        for p in procs:
+            p.join(60)
+        return [results[i] for i in range(n)], [ready[i] for i in range(n)], t0
+    finally:
+        stop.set()
+        for g in gos:
+            g.set()
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process (all its threads), from /proc/PID/stat."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class GpuUtilSampler:
+    """nvidia-smi sampling utilization.gpu every 200 ms for the whole run; the mean over a window.
+    Without nvidia-smi (a CPU machine) every mean is None."""
+
+    def __init__(self, index):
+        self.samples, self.proc = [], None
+        if shutil.which("nvidia-smi") and index is not None:
+            self.proc = subprocess.Popen(
+                ["nvidia-smi", "-i", str(index), "--query-gpu=utilization.gpu",
+                 "--format=csv,noheader,nounits", "-lms", "200"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                self.samples.append((time.monotonic(), float(line)))
+            except ValueError:
+                pass
+
+    def mean(self, t0, t1):
+        xs = [v for t, v in self.samples if t0 <= t <= t1]
+        return sum(xs) / len(xs) if xs else None
+
+    def stop(self):
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait()
+
+
+def gpu_index(device):
+    return int(device.split(":")[1]) if device.startswith("cuda:") else (
+        0 if device == "cuda" else None)
+
+
+def aggregate(results, sampler):
+    start, end = min(r["start"] for r in results), max(r["end"] for r in results)
+    images = sum(r["images"] for r in results)
+    return {"images": images, "wall_s": end - start, "start": start, "end": end,
+            "images_per_s": images / (end - start) if end > start else 0.0,
+            "gpu_util_pct": sampler.mean(start, end), "jobs": results}
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+class Bench:
+    """One run: the data, the machine's limits, then each scenario's sides; the report as JSON."""
+
+    def __init__(self, args):
+        self.args = args
+        self.cores = len(os.sched_getaffinity(0))
+        self.gpu = gpu_index(args.device)
+        self.sampler = GpuUtilSampler(self.gpu)
+        self.report = {"config": {k: v for k, v in vars(args).items()}, "cores": self.cores,
+                       "scenarios": {}}
+        self.datasets = {}  # key -> (carpool name, ImageFolder indices or None, size)
+        self.errors = self.report["errors"] = []
+
+    def spec(self, side, job, key, **kw):
+        a = self.args
+        name, indices, size = self.datasets.get(key, (key, None, a.count))
+        s = {"side": side, "job": job, "dataset_key": key, "dataset": name, "indices": indices,
+             "device": a.device, "batch_size": a.batch_size, "epochs": a.epochs, "model": a.model,
+             "classes": self.classes, "transform": a.transform, "socket": None,
+             "prefetch": a.prefetch, "root": str(self.root), "seed": job + 1, "workers": 0,
+             "warmup": a.warmup, "repeat": 1, "sleep": False,
+             "planned": a.epochs * size}
+        s.update(kw)
+        return s
+
+    # -- data
+    def prepare_data(self):
+        a = self.args
+        self.root = pathlib.Path(a.data_dir or pathlib.Path.home() / ".cache" / "carpool" /
+                                 "bench-gpu" / f"jpeg-{a.count}-500x375")
+        have = sum(1 for _ in self.root.glob("class_*/*.jpg")) if self.root.exists() else 0
+        if have != a.count:
+            shutil.rmtree(self.root, ignore_errors=True)
+            t = time.monotonic()
+            if self.carpool:
+                self.carpool.cli("dataset", "gen", self.root, "--count", a.count, "--seed", 1,
+                                 "--quiet")
+            else:
+                write_jpegs_with_pil(self.root, a.count)
+            print(f"generated {a.count} JPEGs 500x375 in {self.root} "
+                  f"({time.monotonic() - t:.1f} s)", flush=True)
+        from torchvision.datasets import ImageFolder  # the order the baseline jobs index
+        folder = ImageFolder(str(self.root))
+        self.classes = len(folder.classes)
+        self.paths = [os.path.realpath(p) for p, _ in folder.samples]
+        s, h = len(self.paths), len(self.paths) // OVERLAP_PARTS
+        self.ranges = {"all": [(0, s)], "core": [(0, h)]}
+        for i in range(4):
+            self.ranges[f"priv{i}"] = [(h * (1 + i), h * (2 + i))]
+            self.ranges[f"ov{i}"] = [(0, h), (h * (1 + i), h * (2 + i))]
+        for key, rs in self.ranges.items():
+            idx = [k for lo, hi in rs for k in range(lo, hi)]
+            self.datasets[key] = (key, None if key == "all" else idx, len(idx))
+
+    def register(self):
+        """The catalog: `all` from the folder; for the overlap scenario core = the first S/5
+        ImageFolder positions, priv_i = the (i+2)-th fifth, ov_i = core ∪ priv_i (--ids ranges,
+        then --union), so every pair of the 4 jobs shares exactly half of its dataset."""
+        cli, sd = self.carpool.cli, self.state_dir
+        cli("dataset", "add", "all", "--dir", self.root, "--prepare", PREPARE, "--quiet",
+            state_dir=sd)
+        if "overlap" not in self.args.scenarios:
+            return
+        ids = catalog_ids(sd, self.paths)
+        for key in ["core"] + [f"priv{i}" for i in range(4)]:
+            (lo, hi), = self.ranges[key]
+            if ids[lo:hi] != list(range(ids[lo], ids[lo] + hi - lo)):
+                raise SystemExit(f"bench_gpu.py: catalog ids of {self.root} [{lo}, {hi}) are not "
+                                 "contiguous in ImageFolder order; cannot derive the overlap sets")
+            cli("dataset", "add", key, "--from", "all", "--ids", f"{ids[lo]}:{ids[hi - 1] + 1}",
+                "--quiet", state_dir=sd)
+        for i in range(4):
+            cli("dataset", "add", f"ov{i}", "--union", "core", f"priv{i}", "--quiet",
+                state_dir=sd)
+
+    # -- sides
+    def server(self, label):
+        a = self.args
+        flags = {"workers": a.workers, "cache_size": a.cache_size, "lookahead": a.lookahead}
+        if self.gpu is not None:
+            flags.update(gpus=str(self.gpu), gpu_cache_size=a.gpu_cache_size)
+        return self.carpool.Server(self.state_dir, log=str(self.log_dir / f"server-{label}.log"),
+                                   **flags)
+
+    def carpool_run(self, label, specs, **kw):
+        """run_jobs against a fresh server; adds the server's deltas to the aggregate."""
+        with self.server(label) as srv:
+            for s in specs:
+                s["socket"] = srv.socket
+            snap = {}
+
+            def before():
+                snap.update(stats=self.carpool.server_stats(socket=srv.socket),
+                            cpu=cpu_seconds(srv.proc.pid))
+            results, ready, _ = run_jobs(specs, self.args.max_seconds, on_start=before, **kw)
+            after = self.carpool.server_stats(socket=srv.socket)
+            cpu = cpu_seconds(srv.proc.pid) - snap["cpu"]
+        agg = aggregate(results, self.sampler)
+        agg.update(server_deltas(snap["stats"], after, self.gpu or 0))
+        prep, deliv = agg["preparations"], agg["deliveries"]
+        agg.update(server_cpu_s=cpu, server_cpu_ms_per_image=ratio(cpu * 1e3, deliv),
+                   server_cores_pct=100 * cpu / agg["wall_s"] / self.cores,
+                   prep_per_delivery=ratio(prep, deliv))
+        if deliv != agg["images"]:
+            print(f"  note: server deliveries {deliv} != images the jobs trained on "
+                  f"{agg['images']} (batches prefetched before a stop)", flush=True)
+        return agg, ready
+
+    def baseline_run(self, specs, **kw):
+        for s in specs:
+            s["workers"] = job_workers(self.args.workers, len(specs), s["job"])
+        results, ready, _ = run_jobs(specs, self.args.max_seconds, **kw)
+        agg = aggregate(results, self.sampler)
+        cpu = sum(r["workers_cpu_s"] for r in results)
+        agg.update(workers_cpu_s=cpu, workers_cpu_ms_per_image=ratio(cpu * 1e3, agg["images"]),
+                   workers_cores_pct=100 * cpu / agg["wall_s"] / self.cores, prep_per_delivery=1.0)
+        return agg, ready
+
+    # -- the machine's limits
+    def measure_limits(self):
+        a = self.args
+        specs = [self.spec("synthetic", 0, "all")]
+        results, ready, _ = run_jobs(specs, a.rate_seconds)
+        self.gpu_rate = results[0]["images_per_s"]
+        self.report.update(gpu_rate=self.gpu_rate, device=ready[0]["device"],
+                           torch=ready[0]["torch"], step_s=ready[0]["step_s"])
+        print(f"GPU training rate alone ({ready[0]['device']}, synthetic input, "
+              f"{results[0]['seconds']:.1f} s): {self.gpu_rate:.0f} img/s", flush=True)
+        self.prep_rate = self.report["prepare_rate_images_per_s"] = None
+        if self.carpool:
+            try:
+                agg, _ = self.carpool_run("prepare-rate", [self.spec("drop", 0, "all")])
+            except (Exception, SystemExit) as e:
+                self.errors.append(f"prepare rate: {e}")
+                print(f"server prepare rate FAILED: {e}", flush=True)
+                return
+            self.prep_rate = agg["preparations"] / agg["wall_s"]
+            self.report["prepare_rate_images_per_s"] = self.prep_rate
+            self.report["prepare_rate"] = {k: v for k, v in agg.items() if k != "jobs"}
+            print(f"server prepare rate ({a.workers} workers, a job that drops its batches): "
+                  f"{self.prep_rate:.0f} img/s, server CPU {agg['server_cores_pct']:.0f}% of "
+                  f"{self.cores} cores", flush=True)
+
+    def limit(self, keys, repeats):
+        """min(prepare rate x deliveries per unique sample, GPU rate x deliveries per trained
+        image): carpool prepares a sample once for all the jobs that read it, and the GPU trains
+        every delivery (twice for a job that trains twice on each batch)."""
+        sets = [set(k for lo, hi in self.ranges[key] for k in range(lo, hi)) for key in keys]
+        share = sum(map(len, sets)) / len(set().union(*sets))
+        work = sum(map(len, sets)) / sum(len(x) * r for x, r in zip(sets, repeats))
+        if self.prep_rate is None:
+            return share, None
+        return share, min(self.prep_rate * share, self.gpu_rate * work)
+
+    def scenario(self, name):
+        a = self.args
+        what, keys, late, slow = SCENARIOS[name]
+        slow_kw = {"repeat": 2} if a.slow_mode == "twice" else {"sleep": True}
+        kws = [slow_kw if i in slow else {} for i in range(len(keys))]
+        share, limit = self.limit(keys, [kw.get("repeat", 1) for kw in kws])
+        row = {"what": what, "jobs": len(keys), "datasets": keys, "late": list(late),
+               "slow": list(slow), "share": share, "limit_images_per_s": limit}
+        self.report["scenarios"][name] = row
+        for side in a.sides:
+            if side == "carpool" and not self.carpool:
+                continue
+            specs = [self.spec(side, i, k, **kw) for i, (k, kw) in enumerate(zip(keys, kws))]
+            t = time.monotonic()
+            try:
+                agg, _ = (self.carpool_run(name, specs, late=late) if side == "carpool"
+                          else self.baseline_run(specs, late=late))
+            except (Exception, SystemExit) as e:  # one broken side must not lose the others
+                row[side] = {"error": str(e)}
+                self.errors.append(f"{name} {side}: {e}")
+                print(f"{name:8} {side:8} FAILED: {e}", flush=True)
+                continue
+            for r in agg["jobs"]:
+                r["start_offset_s"] = r["start"] - agg["start"]
+            row[side] = agg
+            print(f"{name:8} {side:8} {agg['images']:7d} images {agg['wall_s']:6.1f} s "
+                  f"{agg['images_per_s']:8.0f} img/s ({time.monotonic() - t:.0f} s with start-up)",
+                  flush=True)
+            self.save()
+        row["carpool_vs_baseline"] = ratio(row.get("carpool", {}).get("images_per_s"),
+                                           row.get("baseline", {}).get("images_per_s"))
+        row["carpool_vs_limit"] = ratio(row.get("carpool", {}).get("images_per_s"), limit)
+        row["cpu_per_image_baseline_vs_carpool"] = ratio(
+            row.get("baseline", {}).get("workers_cpu_ms_per_image"),
+            row.get("carpool", {}).get("server_cpu_ms_per_image"))
+        self.save()
+
+    def save(self):
+        if self.args.json_out:
+            pathlib.Path(self.args.json_out).write_text(json.dumps(self.report, indent=1))
+
+    def run(self):
+        a = self.args
+        self.carpool = import_carpool() if "carpool" in a.sides else None
+        if self.carpool is None and "carpool" in a.sides:
+            print("carpool binary or library not found: the carpool side is skipped", flush=True)
+        tmp = tempfile.mkdtemp(prefix="carpool-gpu-bench-")
+        self.state_dir = pathlib.Path(a.state_dir or tmp)
+        self.log_dir = pathlib.Path(a.log_dir or tmp)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        t = time.monotonic()
+        try:
+            self.prepare_data()
+            if self.carpool:
+                self.register()
+            self.measure_limits()
+            for name in a.scenarios:
+                self.scenario(name)
+        finally:
+            self.sampler.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.report["run_s"] = time.monotonic() - t
+        self.save()
+        text = markdown(self.report)
+        print("\n" + text)
+        if a.md_out:
+            pathlib.Path(a.md_out).write_text(text)
+        if self.errors:
+            sys.exit("bench_gpu.py: failed: " + "; ".join(self.errors))
+
+
+def server_deltas(s0, s1, gpu):
+    """Counters of the scenario: stats after minus before, the GPU's from "gpus"."""
+    prep = s1["preparations"] - s0["preparations"]
+    deliv = s1["deliveries"] - s0["deliveries"]
+    g0, g1 = gpu_entry(s0, gpu), gpu_entry(s1, gpu)
+    out = {"preparations": prep, "deliveries": deliv}
+    if g0 is None or g1 is None:
+        return out
+    d = {k: g1[k] - g0[k] for k in ("batches", "images", "uploads", "upload_bytes",
+                                     "resident_hits", "resident_evictions", "assemble_seconds")}
+    out.update(gpu=d, resident_bytes=g1["resident_bytes"], pool_bytes=g1["pool_bytes"],
+               h2d_bytes_per_image=ratio(d["upload_bytes"], deliv),
+               unique_bytes_per_image=ratio(d["uploads"] * SAMPLE_BYTES, deliv),
+               uploads_per_preparation=ratio(d["uploads"], prep))
+    return out
+
+
+def gpu_entry(stats, gpu):
+    """The "gpus" entry of device `gpu` (its index, or "cuda:N"); None without one."""
+    for g in stats.get("gpus", []):
+        if str(g.get("device")) in (str(gpu), f"cuda:{gpu}"):
+            return g
+    return None
+
+
+def catalog_ids(state_dir, paths):
+    """The sample id of each path (canonical, as the catalog stores it; docs/catalog.md)."""
+    db = sqlite3.connect(f"file:{state_dir}/catalog.db?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT s.id, d.path, s.name FROM samples s JOIN dirs d "
+                          "ON s.dir = d.id").fetchall()
+    finally:
+        db.close()
+    by_path = {os.path.join(d, n): i for i, d, n in rows}
+    missing = [p for p in paths if p not in by_path]
+    if missing:
+        raise SystemExit(f"bench_gpu.py: {len(missing)} images are not in the catalog, e.g. "
+                         f"{missing[0]}")
+    return [by_path[p] for p in paths]
+
+
+def write_jpegs_with_pil(root, count, classes=10):
+    """Synthetic 500x375 JPEGs in ImageFolder layout, for --smoke where no carpool binary exists."""
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(1)
+    for c in range(classes):
+        (root / f"class_{c:03}").mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        img = rng.integers(0, 256, (375 // 25, 500 // 25, 3), dtype=np.uint8)
+        Image.fromarray(img).resize((500, 375)).save(
+            root / f"class_{i % classes:03}" / f"img_{i:06}.jpg", quality=90)
+
+
+def import_carpool():
+    """The carpool package, or None where the binary or libcarpool.so is missing."""
+    try:
+        import carpool
+        carpool.binary()
+        carpool.library_path()
+        return carpool
+    except (ImportError, RuntimeError) as e:
+        print(f"bench_gpu.py: {e}", flush=True)
+        return None
+
+
+def fmt(x, spec=".0f"):
+    return "–" if x is None else format(x, spec)
+
+
+# The scenario table: (header, value from (scenario row, carpool side, baseline side), format).
+COLUMNS = [
+    ("jobs", lambda s, cp, bl: s["jobs"], "d"),
+    ("carpool img/s", lambda s, cp, bl: cp.get("images_per_s"), ".0f"),
+    ("baseline img/s", lambda s, cp, bl: bl.get("images_per_s"), ".0f"),
+    ("carpool ÷ baseline", lambda s, cp, bl: s.get("carpool_vs_baseline"), ".2f"),
+    ("limit img/s", lambda s, cp, bl: s["limit_images_per_s"], ".0f"),
+    ("carpool ÷ limit", lambda s, cp, bl: s.get("carpool_vs_limit"), ".2f"),
+    ("GPU util % carpool", lambda s, cp, bl: cp.get("gpu_util_pct"), ".0f"),
+    ("GPU util % baseline", lambda s, cp, bl: bl.get("gpu_util_pct"), ".0f"),
+    ("server CPU ms/img", lambda s, cp, bl: cp.get("server_cpu_ms_per_image"), ".2f"),
+    ("baseline workers CPU ms/img", lambda s, cp, bl: bl.get("workers_cpu_ms_per_image"), ".2f"),
+    ("CPU/img baseline ÷ carpool", lambda s, cp, bl: s.get("cpu_per_image_baseline_vs_carpool"),
+     ".1f"),
+    ("server CPU % of cores", lambda s, cp, bl: cp.get("server_cores_pct"), ".0f"),
+    ("prep ÷ deliv", lambda s, cp, bl: cp.get("prep_per_delivery"), ".3f"),
+    ("H2D B/img", lambda s, cp, bl: cp.get("h2d_bytes_per_image"), ".0f"),
+    ("unique B/img", lambda s, cp, bl: cp.get("unique_bytes_per_image"), ".0f"),
+]
+
+
+def markdown(r):
+    c = r["config"]
+    lines = [f"{c['count']} JPEGs 500x375, prepare {PREPARE}, {r.get('device')} (torch "
+             f"{r.get('torch')}), {r['cores']} cores, {c['workers']} loader workers, batch "
+             f"{c['batch_size']}, {c['epochs']} epoch(s) (at most {c['max_seconds']} s), model "
+             f"{c['model']}, slow job: {c['slow_mode']}, run {r.get('run_s', 0):.0f} s",
+             f"GPU training rate alone: {fmt(r.get('gpu_rate'))} img/s; server prepare rate: "
+             f"{fmt(r.get('prepare_rate_images_per_s'))} img/s", "",
+             "| scenario | " + " | ".join(h for h, _, _ in COLUMNS) + " |",
+             "|---" * (len(COLUMNS) + 1) + "|"]
+    for name, s in r["scenarios"].items():
+        cp, bl = s.get("carpool", {}), s.get("baseline", {})
+        lines.append(f"| {name}: {s['what']} | " + " | ".join(
+            fmt(get(s, cp, bl), f) for _, get, f in COLUMNS) + " |")
+    lines += ["", "| scenario | job | dataset | start s carpool / baseline | carpool img/s | "
+              "baseline img/s |", "|---|---|---|---|---|---|"]
+    for name, s in r["scenarios"].items():
+        for j, key in enumerate(s["datasets"]):
+            cp, bl = (s.get(side, {}).get("jobs", [{}] * s["jobs"])[j]
+                      for side in ("carpool", "baseline"))
+            lines.append(f"| {name} | {j} | {key} | {fmt(cp.get('start_offset_s'), '.1f')} / "
+                         f"{fmt(bl.get('start_offset_s'), '.1f')} | "
+                         f"{fmt(cp.get('images_per_s'))} | {fmt(bl.get('images_per_s'))} |")
+    lines += [f"- FAILED: {e}" for e in r["errors"]]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--count", type=int, help="synthetic JPEGs (default 20000; smoke 200)")
+    ap.add_argument("--data-dir", help="image folder (default ~/.cache/carpool/bench-gpu/...)")
+    ap.add_argument("--state-dir", help="catalog and socket (default: a temporary folder)")
+    ap.add_argument("--log-dir", help="server logs (default: the temporary folder)")
+    ap.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS))
+    ap.add_argument("--sides", nargs="+", choices=["carpool", "baseline"],
+                    default=["carpool", "baseline"])
+    ap.add_argument("--device", help="default cuda:0; smoke cpu")
+    ap.add_argument("--model", choices=["resnet18", "tiny"], help="default resnet18; smoke tiny")
+    ap.add_argument("--batch-size", type=int, help="default 256; smoke 8")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--max-seconds", type=float, help="per scenario and side (default 45)")
+    ap.add_argument("--rate-seconds", type=float, help="GPU rate run (default 10; smoke 2)")
+    ap.add_argument("--workers", type=int, help="CPU workers, all jobs together (default: cores)")
+    ap.add_argument("--cache-size", default="8GiB")
+    ap.add_argument("--gpu-cache-size", default="4GiB")
+    ap.add_argument("--lookahead", type=int)
+    ap.add_argument("--prefetch", type=int, default=4)
+    ap.add_argument("--transform", default="random_crop(224)|flip|normalize(imagenet)|float16|nhwc")
+    ap.add_argument("--warmup", type=int, help="untimed steps per job (default 5; smoke 1)")
+    ap.add_argument("--slow-mode", choices=["twice", "sleep"], default="twice",
+                    help="half speed: train twice on each batch, or sleep one step time")
+    ap.add_argument("--json-out")
+    ap.add_argument("--md-out")
+    ap.add_argument("--smoke", action="store_true", help="tiny CPU run of the whole orchestration")
+    args = ap.parse_args()
+    smoke = {"count": 200, "device": "cpu", "model": "tiny", "batch_size": 8, "max_seconds": 60,
+             "rate_seconds": 2, "workers": 2, "warmup": 1}
+    full = {"count": 20000, "device": "cuda:0", "model": "resnet18", "batch_size": 256,
+            "max_seconds": 45, "rate_seconds": 10, "workers": len(os.sched_getaffinity(0)),
+            "warmup": 5}
+    for k, v in (smoke if args.smoke else full).items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if args.smoke and args.cache_size == "8GiB":
+        args.cache_size = "256MiB"
+    if min(args.count, args.batch_size, args.epochs, args.workers) < 1:
+        sys.exit("bench_gpu.py: --count, --batch-size, --epochs and --workers must be >= 1")
+    if "overlap" in args.scenarios and args.count < OVERLAP_PARTS:
+        sys.exit(f"bench_gpu.py: the overlap scenario needs --count >= {OVERLAP_PARTS}")
+    Bench(args).run()
+
+
+if __name__ == "__main__":
+    main()
