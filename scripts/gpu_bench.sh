@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Issue 9's standing GPU harness. Run it ON the GPU machine, from the repository root, with the
+# relocatable bundle (scripts/bundle.sh) at dist/carpool-bundle:
+#   bash scripts/gpu_bench.sh [scripts/bench_gpu.py options, e.g. --count 20000 --scenarios n1 n4]
+# It puts the bundle first (bin/ on PATH, python/ on PYTHONPATH), prints the GPUs, runs the
+# bundle's GPU tests when it has them (bin/carpool_gpu_test), then scripts/bench_gpu.py. All it
+# writes goes to $OUT (default /tmp/carpool-gpu-out), at most 7 files:
+#   nvidia-smi.txt  gpu_test.log  bench_gpu.log  bench_gpu.json  bench_gpu.md  server-logs.tgz
+# Environment: CARPOOL_BUNDLE (default dist/carpool-bundle), PYTHON (default python3), OUT.
+# Exits 2 at once when the bundle or the GPU is missing; else non-zero if a test or the bench
+# failed (the bench still runs after a failed test).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+
+fail() {
+  echo "gpu_bench.sh: $*" >&2
+  exit 2
+}
+
+bundle=${CARPOOL_BUNDLE:-dist/carpool-bundle}
+out=${OUT:-/tmp/carpool-gpu-out}
+py=${PYTHON:-python3}
+[[ -x $bundle/bin/carpool ]] ||
+  fail "no carpool bundle: '$bundle/bin/carpool' is missing; build it with scripts/bundle.sh on" \
+    "the build machine and bring dist/carpool-bundle along, or point CARPOOL_BUNDLE at it"
+[[ -d $bundle/python/carpool ]] || fail "'$bundle/python/carpool' is missing: an incomplete bundle?"
+command -v nvidia-smi >/dev/null || fail "nvidia-smi not found: this is not a GPU machine"
+command -v "$py" >/dev/null || fail "'$py' not found; set PYTHON to the interpreter with torch"
+
+bundle=$(cd "$bundle" && pwd)
+export PATH="$bundle/bin:$PATH"
+export PYTHONPATH="$bundle/python${PYTHONPATH:+:$PYTHONPATH}"
+export CARPOOL_BIN=$bundle/bin/carpool
+if [[ -z ${CARPOOL_LIB:-} ]]; then
+  for lib in "$bundle/python/carpool/libcarpool.so" "$bundle/lib/libcarpool.so"; do
+    if [[ -e $lib ]]; then
+      export CARPOOL_LIB=$lib
+      break
+    fi
+  done
+fi
+export PYTHONUNBUFFERED=1
+mkdir -p "$out" || fail "cannot create OUT folder '$out'"
+
+nvidia-smi -L | tee "$out/nvidia-smi.txt"
+df -h /dev/shm | tee -a "$out/nvidia-smi.txt"  # the server's cache segment lives there
+"$py" -c 'import carpool, torch, torchvision
+print(f"carpool {carpool.__version__} ({carpool.library_path()}), binary {carpool.binary()}")
+print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
+      f"CUDA available: {torch.cuda.is_available()}")' 2>&1 | tee -a "$out/nvidia-smi.txt" ||
+  fail "'$py' cannot import carpool (from $bundle/python), torch and torchvision"
+
+status=0
+if [[ -x $bundle/bin/carpool_gpu_test ]]; then
+  "$bundle/bin/carpool_gpu_test" 2>&1 | tee "$out/gpu_test.log"
+  test_rc=${PIPESTATUS[0]}
+  echo "carpool_gpu_test: exit $test_rc"
+  ((test_rc == 0)) || status=1
+else
+  echo "no bin/carpool_gpu_test in the bundle: GPU tests skipped" | tee "$out/gpu_test.log"
+fi
+
+logs=$(mktemp -d /tmp/carpool-gpu-logs.XXXXXX)
+"$py" scripts/bench_gpu.py --json-out "$out/bench_gpu.json" --md-out "$out/bench_gpu.md" \
+  --log-dir "$logs" "$@" 2>&1 | tee "$out/bench_gpu.log"
+bench_rc=${PIPESTATUS[0]}
+tar czf "$out/server-logs.tgz" -C "$logs" . && rm -rf "$logs"
+echo "bench_gpu.py: exit $bench_rc; outputs in $out"
+((bench_rc == 0)) || status=1
+exit $status
