@@ -9,8 +9,11 @@ the same seeds, trained two ways on the same Fashion-MNIST training samples:
 Prints each run's test accuracy on t10k and mean +- std per way. Starts its own server on a
 temporary state dir.
   scripts/accuracy_fidelity.py [--seeds 0 1 2] [--epochs 2] [--train-size 30000] [--json F]
+                               [--device cuda]
 --train-size N uses the first N training records (a derived dataset, `--from fmnist --ids`), to keep the runtime to a
-few minutes on 2 cores; 60000 is the full set."""
+few minutes on 2 cores; 60000 is the full set. --device cuda trains every model on cuda:0: the
+carpool jobs' loaders deliver their batches there (a server with --gpus 0), and the DataLoader's
+batches are copied there."""
 
 import argparse
 import json
@@ -33,25 +36,27 @@ LR, BATCH = 0.05, 64
 COMPANION_LRS = (0.02, 0.1)
 
 
-def train_dataloader(images, labels, seed, epochs):
+def train_dataloader(images, labels, seed, epochs, device="cpu"):
     """The baseline: torch's shuffling DataLoader over the same samples and values."""
     torch.set_num_threads(1)
     data = torch.utils.data.TensorDataset(torch.from_numpy(ft.normalize(images)),
                                           torch.from_numpy(labels))
     loader = torch.utils.data.DataLoader(data, batch_size=BATCH, shuffle=True,
                                          generator=torch.Generator().manual_seed(seed))
-    model = ft.make_model(seed)
+    model = ft.make_model(seed).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     for _ in range(epochs):
-        ft.train_epoch(model, opt, loader)
+        ft.train_epoch(model, opt, loader if device == "cpu" else
+                       ((x.to(device, non_blocking=True), y.to(device, non_blocking=True))
+                        for x, y in loader))
     return ft.test_accuracy(model)
 
 
-def train_carpool(socket, dataset, seed, epochs):
+def train_carpool(socket, dataset, seed, epochs, device="cpu"):
     """The measured job plus two companions, all at once; returns the measured job's row."""
     rows = [{} for _ in range(1 + len(COMPANION_LRS))]
-    procs = [launch_job(socket, dataset, LR, BATCH, epochs, seed)]
-    procs += [launch_job(socket, dataset, lr, BATCH, epochs, 1000 + seed)
+    procs = [launch_job(socket, dataset, LR, BATCH, epochs, seed, device)]
+    procs += [launch_job(socket, dataset, lr, BATCH, epochs, 1000 + seed, device)
               for lr in COMPANION_LRS]
     ok = [finish_job(p, r) for p, r in zip(procs, rows)]
     if not all(ok):
@@ -84,7 +89,11 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--train-size", type=int, default=30000)
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where the models train and the batches go (cuda: cuda:0)")
     args = ap.parse_args()
+    device = "cuda:0" if args.device == "cuda" else "cpu"
+    server_flags = {"gpus": "0"} if args.device == "cuda" else {}
     images, labels = ft.idx_split("train")
     results = {"carpool": [], "dataloader": [], "sharing": []}
     t0 = time.monotonic()
@@ -95,17 +104,18 @@ def main():
         carpool.cli("dataset", "add", "train", "--from", "fmnist", "--ids", f"{lo}:{lo + len(ids)}",
                     "--quiet", state_dir=tmp)
         images, labels = images[ids], labels[ids]  # the baseline trains on exactly these
-        with carpool.Server(tmp, log=f"{tmp}/server.log", cache_size="256MiB") as server:
+        with carpool.Server(tmp, log=f"{tmp}/server.log", cache_size="256MiB",
+                            **server_flags) as server:
             for seed in args.seeds:
                 before = carpool.server_stats(socket=server.socket)
-                rows = train_carpool(server.socket, "train", seed, args.epochs)
+                rows = train_carpool(server.socket, "train", seed, args.epochs, device)
                 after = carpool.server_stats(socket=server.socket)
                 if rows[0]["samples"] != args.epochs * args.train_size:
                     raise SystemExit(f"carpool job saw {rows[0]['samples']} samples, expected "
                                      f"{args.epochs * args.train_size}")
                 prep = after["preparations"] - before["preparations"]
                 deliv = after["deliveries"] - before["deliveries"]
-                acc_dl = train_dataloader(images, labels, seed, args.epochs)
+                acc_dl = train_dataloader(images, labels, seed, args.epochs, device)
                 results["carpool"].append(rows[0]["accuracy"])
                 results["dataloader"].append(acc_dl)
                 results["sharing"].append({"preparations": prep, "deliveries": deliv})
@@ -114,7 +124,7 @@ def main():
                       f"preparations for {deliv} deliveries)   DataLoader {acc_dl:.4f}",
                       flush=True)
     print(f"\nFashion-MNIST, {args.train_size} training samples, {args.epochs} epochs, batch "
-          f"{BATCH}, SGD lr {LR} momentum 0.9, seeds {' '.join(map(str, args.seeds))} "
+          f"{BATCH}, SGD lr {LR} momentum 0.9, seeds {' '.join(map(str, args.seeds))}, {device} "
           f"({time.monotonic() - t0:.0f} s)")
     print(f"| loader | test accuracy, mean ± std | runs |\n|---|---|---|")
     for way, name in (("carpool", "carpool (DSA, 2 other jobs sharing)"),

@@ -5,7 +5,9 @@ accuracy on t10k read with numpy (carpool.idx), so evaluation does not depend on
 
 Run as a script it is one training job on a carpool server: it prints {"job_id": N} once attached,
 then one JSON line with samples, seconds, final loss and test accuracy.
-  fmnist_train.py --socket S --dataset fmnist --lr 0.05 [--batch-size 64 --epochs 1 --seed 0]"""
+  fmnist_train.py --socket S --dataset fmnist --lr 0.05 [--batch-size 64 --epochs 1 --seed 0]
+                  [--device cuda:0]
+With --device cuda:N the loader delivers batches in that GPU's memory and the model trains there."""
 
 import argparse
 import json
@@ -72,20 +74,22 @@ def test_accuracy(model, test=None):
     images, labels = test if test is not None else idx_split("t10k")
     model.eval()
     x = torch.from_numpy(normalize(images))
+    device = next(model.parameters()).device
     correct = 0
     for i in range(0, len(x), 1000):
-        correct += int((model(x[i:i + 1000]).argmax(1) == torch.from_numpy(labels[i:i + 1000]))
-                       .sum())
+        correct += int((model(x[i:i + 1000].to(device)).argmax(1).cpu() ==
+                        torch.from_numpy(labels[i:i + 1000])).sum())
     return correct / len(x)
 
 
 def run_carpool_job(args):
     torch.set_num_threads(1)  # several jobs share the cores with the server
-    model = make_model(args.seed)
+    model = make_model(args.seed).to(args.device)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     t0 = time.monotonic()
     with carpool.Loader(args.dataset, batch_size=args.batch_size, epochs=args.epochs,
-                        transform=TRANSFORM, socket=args.socket, seed=args.seed) as loader:
+                        transform=TRANSFORM, device=args.device, socket=args.socket,
+                        seed=args.seed) as loader:
         print(json.dumps({"job_id": loader.job_id}), flush=True)
         samples, loss = 0, 0.0
         for _ in range(loader.epochs):
@@ -105,6 +109,7 @@ def main():
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0, help="model init and the job's transform seed")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda:N for batches on that GPU")
     try:
         run_carpool_job(ap.parse_args())
     except carpool.CarpoolError as e:

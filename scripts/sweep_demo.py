@@ -32,11 +32,11 @@ SWEEP = [
 ]
 
 
-def launch_job(socket, dataset, lr, batch_size, epochs, seed):
+def launch_job(socket, dataset, lr, batch_size, epochs, seed, device="cpu"):
     """Starts one training process (fmnist_train.py); its first line is {"job_id": N}."""
     cmd = [sys.executable, str(HERE / "fmnist_train.py"), "--socket", socket, "--dataset",
            dataset, "--lr", str(lr), "--batch-size", str(batch_size), "--epochs", str(epochs),
-           "--seed", str(seed)]
+           "--seed", str(seed), "--device", device]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
 
 
