@@ -2,13 +2,15 @@
 # Issue 9's standing GPU harness. Run it ON the GPU machine, from the repository root, with the
 # relocatable bundle (scripts/bundle.sh) at dist/carpool-bundle:
 #   bash scripts/gpu_bench.sh [scripts/bench_gpu.py options, e.g. --count 20000 --scenarios n1 n4]
-# It puts the bundle first (bin/ on PATH, python/ on PYTHONPATH), prints the GPUs, runs the
-# bundle's GPU tests when it has them (bin/carpool_gpu_test), then scripts/bench_gpu.py. All it
-# writes goes to $OUT (default /tmp/carpool-gpu-out), at most 7 files:
-#   nvidia-smi.txt  gpu_test.log  bench_gpu.log  bench_gpu.json  bench_gpu.md  server-logs.tgz
+# It puts the bundle first (its bin/carpool-env: bin/ on PATH, python/ on PYTHONPATH, CARPOOL_BIN,
+# CARPOOL_LIB), prints the GPUs, checks the bundle with a GPU job (its bundle_smoke.sh --gpu), runs
+# its GPU unit tests when it has them (bin/carpool_gpu_test), then scripts/bench_gpu.py. All it
+# writes goes to $OUT (default /tmp/carpool-gpu-out), 7 files at most:
+#   nvidia-smi.txt bundle_smoke.log gpu_test.log bench_gpu.log bench_gpu.json bench_gpu.md
+#   server-logs.tgz
 # Environment: CARPOOL_BUNDLE (default dist/carpool-bundle), PYTHON (default python3), OUT.
-# Exits 2 at once when the bundle or the GPU is missing; else non-zero if a test or the bench
-# failed (the bench still runs after a failed test).
+# Exits 2 at once when the bundle or the GPU is missing, 1 when the bundle's GPU job fails (the
+# bench would fail too); else non-zero if a unit test or the bench failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
@@ -28,18 +30,13 @@ command -v nvidia-smi >/dev/null || fail "nvidia-smi not found: this is not a GP
 command -v "$py" >/dev/null || fail "'$py' not found; set PYTHON to the interpreter with torch"
 
 bundle=$(cd "$bundle" && pwd)
-export PATH="$bundle/bin:$PATH"
-export PYTHONPATH="$bundle/python${PYTHONPATH:+:$PYTHONPATH}"
-export CARPOOL_BIN=$bundle/bin/carpool
-if [[ -z ${CARPOOL_LIB:-} ]]; then
-  for lib in "$bundle/python/carpool/libcarpool.so" "$bundle/lib/libcarpool.so"; do
-    if [[ -e $lib ]]; then
-      export CARPOOL_LIB=$lib
-      break
-    fi
-  done
+if [[ -x $bundle/bin/carpool-env ]]; then
+  eval "$("$bundle/bin/carpool-env")" || fail "'$bundle/bin/carpool-env' failed"
+else  # the same exports, for a bundle without carpool-env
+  export PATH="$bundle/bin:$PATH" PYTHONPATH="$bundle/python${PYTHONPATH:+:$PYTHONPATH}"
+  export CARPOOL_BIN=$bundle/bin/carpool CARPOOL_LIB=$bundle/lib/libcarpool.so
 fi
-export PYTHONUNBUFFERED=1
+export PYTHON=$py PYTHONUNBUFFERED=1
 mkdir -p "$out" || fail "cannot create OUT folder '$out'"
 
 nvidia-smi -L | tee "$out/nvidia-smi.txt"
@@ -49,6 +46,16 @@ print(f"carpool {carpool.__version__} ({carpool.library_path()}), binary {carpoo
 print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
       f"CUDA available: {torch.cuda.is_available()}")' 2>&1 | tee -a "$out/nvidia-smi.txt" ||
   fail "'$py' cannot import carpool (from $bundle/python), torch and torchvision"
+
+if [[ -x $bundle/bundle_smoke.sh ]]; then
+  "$bundle/bundle_smoke.sh" --gpu 2>&1 | tee "$out/bundle_smoke.log"
+  ((PIPESTATUS[0] == 0)) || {
+    echo "gpu_bench.sh: the bundle's GPU job failed (bundle_smoke.log); not running the bench" >&2
+    exit 1
+  }
+else
+  echo "no bundle_smoke.sh in the bundle: its GPU check skipped" | tee "$out/bundle_smoke.log"
+fi
 
 status=0
 if [[ -x $bundle/bin/carpool_gpu_test ]]; then
