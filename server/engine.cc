@@ -279,12 +279,10 @@ void Engine::Step() {
   if (options_.cache_bytes > 0) {
     // One cache lookup per decided sample: a hit when it is still cached from an earlier use.
     for (const Assignment& a : decided) {
-      if (in_flight_.count(a.sample) != 0) continue;
-      if (cache_->Lookup(a.sample)) {
-        cached_.insert(a.sample);
-      } else {
-        cached_.erase(a.sample);
-      }
+      const SampleState state = states_.Get(a.sample);
+      if (state == SampleState::kPreparing || state == SampleState::kBad) continue;
+      Check(cache_->Lookup(a.sample) ? states_.LookupHit(a.sample)
+                                     : states_.LookupMiss(a.sample));
     }
   }
   FeedPreparation();
@@ -295,9 +293,10 @@ void Engine::Step() {
   }
 }
 
-bool Engine::Ready(uint32_t sample) const {
-  return in_flight_.count(sample) != 0 || cached_.count(sample) != 0 ||
-         transient_.count(sample) != 0 || bad_.count(sample) != 0;
+bool Engine::Ready(uint32_t sample) const { return states_.Ready(sample); }
+
+void Engine::Check(const Status& transition) const {
+  if (!transition.ok()) log::Error("sample state: {}", transition.ToString());
 }
 
 void Engine::FeedPreparation() {
@@ -320,7 +319,7 @@ void Engine::FeedPreparation() {
 void Engine::StartPreparation(uint32_t sample) {
   std::shared_ptr<const SampleSource> source = samples_.Find(sample);
   if (source == nullptr) return;  // cannot happen: every job's samples are in the table
-  in_flight_.insert(sample);
+  if (Status begun = states_.BeginPreparation(sample); !begun.ok()) return Check(begun);
   ++prep_outstanding_;
   workers_->Post(WorkerPool::Priority::kNormal,
                  [this, sample, source = std::move(source)] { Prepare(sample, source); });
@@ -349,7 +348,8 @@ void Engine::TryBuildBatch(Job& job) {
   task.decisions = decisions.size();
   bool ready = true;
   for (const Decision& d : decisions) {
-    if (bad_.count(d.sample) != 0) {
+    const SampleState state = states_.Get(d.sample);
+    if (state == SampleState::kBad) {
       ++task.skipped;
       continue;
     }
@@ -359,23 +359,23 @@ void Engine::TryBuildBatch(Job& job) {
     item.label = item.source->record.label;
     item.seed = SampleSeed(job.request.seed, d.epoch, d.sample);
     if (use_cache) {
-      if (in_flight_.count(d.sample) != 0) {
+      if (state == SampleState::kPreparing) {
         ready = false;
         continue;
       }
-      if (cached_.count(d.sample) != 0) {
+      if (state == SampleState::kCached) {
         if (!ready) continue;  // the batch waits anyway: pin nothing more
-        if (cache_->Pin(d.sample).ok()) {
+        const PreparedShape* shape = states_.Shape(d.sample);
+        if (shape != nullptr && cache_->Pin(d.sample).ok()) {
           item.pinned = true;
-          item.shape = shapes_[d.sample];
+          item.shape = *shape;
           ++pins_;
         } else {
           // Evicted since it was prepared: its assembler prepares it again, transiently, rather
           // than the workers (with a cache smaller than a batch they could evict it again).
-          cached_.erase(d.sample);
-          transient_.insert(d.sample);
+          Check(states_.Evicted(d.sample));
         }
-      } else if (transient_.count(d.sample) == 0) {
+      } else if (state != SampleState::kTransient) {
         // Not prepared yet. The batch at the front needs it now, whatever the EDF horizon.
         StartPreparation(d.sample);
         ready = false;
@@ -395,7 +395,7 @@ void Engine::TryBuildBatch(Job& job) {
     return;
   }
   for (const BatchItem& item : task.items) {
-    if (!item.pinned) transient_.erase(item.sample);
+    if (use_cache && !item.pinned) Check(states_.TakeTransient(item.sample));
   }
   task.slot = *slot;
   task.batch_index = job.next_batch++;
@@ -416,7 +416,7 @@ void Engine::FinishIfDone(Job& job) {
 }
 
 void Engine::MarkBad(uint32_t sample, const SampleSource& source, const Status& status) {
-  if (bad_.emplace(sample, status.ToString()).second) {
+  if (states_.MarkBad(sample, status.ToString())) {
     log::Warn("sample {} (\"{}\"{}) is skipped: {}", sample, source.record.path,
               source.record.record_index >= 0
                   ? fmt::format(", record {}", source.record.record_index)

@@ -30,6 +30,7 @@
 #include "server/engine_samples.h"
 #include "server/gpu_service.h"
 #include "server/job_service.h"
+#include "server/sample_states.h"
 #include "server/scheduler.h"
 #include "server/transform.h"
 #include "server/worker_pool.h"
@@ -114,6 +115,8 @@ class Engine : public JobService {
   void FinishIfDone(Job& job);
   bool Ready(uint32_t sample) const;  // REQUIRES: mu_
   void MarkBad(uint32_t sample, const SampleSource& source, const Status& status);  // mu_
+  // Logs a bookkeeping transition that failed (a bug, never expected). REQUIRES: mu_.
+  void Check(const Status& transition) const;
 
   // Worker tasks (engine_tasks.cc).
   void Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source);
@@ -147,12 +150,7 @@ class Engine : public JobService {
   SampleTable samples_;                        // GUARDED_BY(mu_)
   std::map<uint64_t, std::unique_ptr<Job>> jobs_;  // GUARDED_BY(mu_)
   uint32_t next_job_id_ = 1;                       // GUARDED_BY(mu_)
-  // Sample states the coordinator needs to decide what to prepare (all GUARDED_BY(mu_)).
-  std::unordered_set<uint32_t> in_flight_;  // a preparation task is queued or running
-  std::unordered_set<uint32_t> cached_;     // committed; may since have been evicted
-  std::unordered_set<uint32_t> transient_;  // the cache had no room: assemble from a transient
-  std::unordered_map<uint32_t, std::string> bad_;  // unreadable: the reason, logged once
-  std::unordered_map<uint32_t, PreparedShape> shapes_;  // of committed samples
+  SampleStates states_;  // GUARDED_BY(mu_): queued, preparing, cached, transient or bad
   size_t prep_outstanding_ = 0;
   // Counters (GUARDED_BY(mu_)).
   uint64_t preparations_ = 0;

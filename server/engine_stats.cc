@@ -93,7 +93,8 @@ std::string Engine::ServerJson() const {
       c.index.capacity_bytes, c.index.bytes_used, c.index.bytes_pinned, c.payload_bytes,
       c.index.entries, c.pending, c.index.hits, c.index.misses, c.index.insertions,
       c.index.evictions, preparations, preparations_, transient_preparations_, deliveries_,
-      batches_, sharing, skipped_, bad_.size(), pins_, refs_.total, in_flight_.size(),
+      batches_, sharing, skipped_, states_.Count(SampleState::kBad), pins_, refs_.total,
+      states_.Count(SampleState::kPreparing),
       scheduler_->rounds(), tree, cpu_seconds, gpus);
 }
 

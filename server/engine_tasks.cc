@@ -20,7 +20,6 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
     {
       std::lock_guard lock(mu_);
       fn();
-      in_flight_.erase(sample);
       --prep_outstanding_;
       woken_ = true;
     }
@@ -39,11 +38,14 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
     const StatusCode code = slot.status().code();
     return finish([&] {
       if (code == StatusCode::kAlreadyExists) {
-        cached_.insert(sample);
+        if (Status cached = states_.AlreadyCached(sample); !cached.ok()) {
+          Check(cached);
+          Check(states_.NoRoom(sample));  // never left preparing: its assembler prepares it
+        }
       } else {
         // No room (pinned samples fill the cache): its assembler prepares it instead.
         if (code != StatusCode::kResourceExhausted) log::Warn("{}", slot.status().ToString());
-        transient_.insert(sample);
+        Check(states_.NoRoom(sample));
       }
     });
   }
@@ -56,12 +58,12 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
   finish([&] {
     if (!committed.ok()) {
       log::Error("sample {}: {}", sample, committed.status().ToString());
+      Check(states_.Abandoned(sample));
       return;
     }
     ++preparations_;
     prepared_bytes_ += written->bytes();
-    shapes_[sample] = *written;
-    cached_.insert(sample);
+    Check(states_.Committed(sample, *written));
   });
 }
 

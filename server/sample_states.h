@@ -1,0 +1,77 @@
+// The engine's per-sample state: one table, one state per sample, and every legal transition in
+// this one place (docs/server.md, "The life of a sample").
+//
+//   kQueued     decided for a job (or not yet seen); nothing prepared, nothing in flight
+//   kPreparing  a worker is preparing it into the cache
+//   kCached     committed to the cache (it may since have been evicted: a pin tells)
+//   kTransient  the cache had no room, or evicted it: the batch that takes it prepares it itself
+//   kBad        unreadable or undecodable; skipped for good (sticky)
+//
+//   queued    --BeginPreparation--> preparing --Committed / AlreadyCached--> cached
+//   preparing --NoRoom--> transient            cached --Evicted--> transient
+//   preparing --Abandoned--> queued (the commit failed)
+//   transient --TakeTransient--> queued        queued|transient --LookupHit--> cached
+//   cached    --LookupMiss--> queued           any --MarkBad--> bad
+//
+// An illegal transition changes nothing and returns FailedPrecondition naming the sample and both
+// states, so a bookkeeping bug is a logged error, not a sample that is cached and transient at
+// once. Thread-compatible (the engine holds its lock). Every call is O(1) expected.
+#ifndef CARPOOL_SERVER_SAMPLE_STATES_H_
+#define CARPOOL_SERVER_SAMPLE_STATES_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "carpool/status.h"
+#include "server/prepare.h"
+
+namespace carpool {
+
+enum class SampleState : uint8_t { kQueued, kPreparing, kCached, kTransient, kBad };
+inline constexpr size_t kSampleStateCount = 5;
+std::string_view SampleStateName(SampleState state);
+
+class SampleStates {
+ public:
+  SampleState Get(uint32_t sample) const;
+  // Anything but kQueued: the coordinator need not start a preparation for it.
+  bool Ready(uint32_t sample) const { return Get(sample) != SampleState::kQueued; }
+  // The shape of a sample committed to the cache at some point (kept after eviction), or null.
+  const PreparedShape* Shape(uint32_t sample) const;
+  size_t Count(SampleState state) const { return counts_[static_cast<size_t>(state)]; }
+
+  Status BeginPreparation(uint32_t sample);                       // queued -> preparing
+  Status Committed(uint32_t sample, const PreparedShape& shape);  // preparing -> cached
+  Status AlreadyCached(uint32_t sample);  // preparing -> cached; the shape is known from before
+  Status NoRoom(uint32_t sample);         // preparing -> transient
+  Status Abandoned(uint32_t sample);      // preparing -> queued
+  Status Evicted(uint32_t sample);        // cached -> transient
+  Status TakeTransient(uint32_t sample);  // transient -> queued
+  // The cache answered a lookup of a decided sample. Hit: queued|transient|cached -> cached (the
+  // shape must be known). Miss: cached -> queued, other states unchanged. Preparing and bad
+  // samples are left alone: the cache does not know them yet, or never will.
+  Status LookupHit(uint32_t sample);
+  Status LookupMiss(uint32_t sample);
+  // any -> bad. Returns true the first time (so the reason is logged once).
+  bool MarkBad(uint32_t sample, std::string reason);
+
+ private:
+  struct Entry {
+    SampleState state = SampleState::kQueued;
+    bool has_shape = false;
+    PreparedShape shape;
+  };
+  Status Move(uint32_t sample, SampleState to, std::initializer_list<SampleState> from);
+  void Set(Entry& e, SampleState to);
+
+  std::unordered_map<uint32_t, Entry> entries_;
+  std::unordered_map<uint32_t, std::string> bad_reasons_;
+  std::array<size_t, kSampleStateCount> counts_{};  // kQueued counts only entries present
+};
+
+}  // namespace carpool
+
+#endif  // CARPOOL_SERVER_SAMPLE_STATES_H_

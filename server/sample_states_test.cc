@@ -1,0 +1,109 @@
+#include "server/sample_states.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace carpool {
+namespace {
+
+const PreparedShape kShape{8, 8, 3};
+
+TEST(SampleStatesTest, TheLifeOfASample) {
+  SampleStates s;
+  EXPECT_EQ(s.Get(7), SampleState::kQueued);
+  EXPECT_FALSE(s.Ready(7));
+  ASSERT_TRUE(s.BeginPreparation(7).ok());
+  EXPECT_EQ(s.Get(7), SampleState::kPreparing);
+  EXPECT_TRUE(s.Ready(7));
+  ASSERT_TRUE(s.Committed(7, kShape).ok());
+  EXPECT_EQ(s.Get(7), SampleState::kCached);
+  ASSERT_NE(s.Shape(7), nullptr);
+  EXPECT_EQ(*s.Shape(7), kShape);
+  ASSERT_TRUE(s.Evicted(7).ok());  // a pin found it gone
+  EXPECT_EQ(s.Get(7), SampleState::kTransient);
+  ASSERT_TRUE(s.TakeTransient(7).ok());  // a batch prepares it itself
+  EXPECT_EQ(s.Get(7), SampleState::kQueued);
+  EXPECT_NE(s.Shape(7), nullptr) << "the shape outlives the eviction";
+  ASSERT_TRUE(s.LookupHit(7).ok());  // cached again from an earlier use
+  EXPECT_EQ(s.Get(7), SampleState::kCached);
+  ASSERT_TRUE(s.LookupMiss(7).ok());
+  EXPECT_EQ(s.Get(7), SampleState::kQueued);
+}
+
+TEST(SampleStatesTest, IllegalTransitionsChangeNothingAndNameTheStates) {
+  SampleStates s;
+  Status st = s.Committed(3, kShape);  // never prepared
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("sample 3: no transition from queued to cached"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(s.Get(3), SampleState::kQueued);
+  ASSERT_TRUE(s.BeginPreparation(3).ok());
+  EXPECT_FALSE(s.BeginPreparation(3).ok()) << "prepared twice at once";
+  EXPECT_FALSE(s.Evicted(3).ok());
+  EXPECT_FALSE(s.TakeTransient(3).ok());
+  EXPECT_FALSE(s.AlreadyCached(3).ok()) << "no shape was ever recorded";
+  EXPECT_EQ(s.Get(3), SampleState::kPreparing);
+  ASSERT_TRUE(s.NoRoom(3).ok());
+  EXPECT_FALSE(s.LookupHit(3).ok()) << "a hit on a sample this server never committed";
+  EXPECT_EQ(s.Get(3), SampleState::kTransient);
+}
+
+TEST(SampleStatesTest, LookupsLeavePreparingAndBadSamplesAlone) {
+  SampleStates s;
+  ASSERT_TRUE(s.BeginPreparation(1).ok());
+  EXPECT_TRUE(s.LookupHit(1).ok());
+  EXPECT_TRUE(s.LookupMiss(1).ok());
+  EXPECT_EQ(s.Get(1), SampleState::kPreparing);
+  EXPECT_TRUE(s.MarkBad(1, "not a JPEG"));
+  EXPECT_FALSE(s.MarkBad(1, "again")) << "logged once";
+  EXPECT_TRUE(s.LookupHit(1).ok());
+  EXPECT_EQ(s.Get(1), SampleState::kBad);
+  EXPECT_FALSE(s.BeginPreparation(1).ok()) << "bad is sticky";
+  EXPECT_TRUE(s.Ready(1));
+}
+
+TEST(SampleStatesTest, AbandonedAndAlreadyCachedPreparations) {
+  SampleStates s;
+  ASSERT_TRUE(s.BeginPreparation(4).ok());
+  ASSERT_TRUE(s.Abandoned(4).ok());
+  EXPECT_EQ(s.Get(4), SampleState::kQueued);
+  ASSERT_TRUE(s.BeginPreparation(4).ok());
+  ASSERT_TRUE(s.Committed(4, kShape).ok());
+  ASSERT_TRUE(s.LookupMiss(4).ok());
+  ASSERT_TRUE(s.BeginPreparation(4).ok());
+  ASSERT_TRUE(s.AlreadyCached(4).ok()) << "committed before: its shape is known";
+  EXPECT_EQ(s.Get(4), SampleState::kCached);
+}
+
+// Random legal and illegal calls: the per-state counts always equal a recount of Get().
+TEST(SampleStatesTest, CountsMatchTheStatesUnderRandomTransitions) {
+  SampleStates s;
+  std::mt19937 rng(11);
+  constexpr uint32_t kSamples = 50;
+  for (int step = 0; step < 20000; ++step) {
+    const uint32_t id = rng() % kSamples;
+    switch (rng() % 9) {
+      case 0: (void)s.BeginPreparation(id); break;
+      case 1: (void)s.Committed(id, kShape); break;
+      case 2: (void)s.AlreadyCached(id); break;
+      case 3: (void)s.NoRoom(id); break;
+      case 4: (void)s.Evicted(id); break;
+      case 5: (void)s.TakeTransient(id); break;
+      case 6: (void)s.LookupHit(id); break;
+      case 7: (void)s.LookupMiss(id); break;
+      case 8: if (rng() % 50 == 0) (void)s.MarkBad(id, "x"); break;
+    }
+  }
+  std::array<size_t, kSampleStateCount> recount{};
+  for (uint32_t id = 0; id < kSamples; ++id) ++recount[static_cast<size_t>(s.Get(id))];
+  for (size_t k = 1; k < kSampleStateCount; ++k) {
+    EXPECT_EQ(s.Count(static_cast<SampleState>(k)), recount[k])
+        << SampleStateName(static_cast<SampleState>(k));
+  }
+  EXPECT_LE(s.Count(SampleState::kQueued), recount[0]);
+}
+
+}  // namespace
+}  // namespace carpool
