@@ -80,12 +80,11 @@ bool ReadPngRows(PngReadStruct* s, int channels, png_bytepp rows, size_t row_byt
   if ((color_type & PNG_COLOR_MASK_COLOR) == 0 && bit_depth < 8) {
     png_set_expand_gray_1_2_4_to_8(s->png);
   }
-  if ((color_type & PNG_COLOR_MASK_COLOR) != 0 && channels == 3) {
-    // imgcodecs asks for BGR here; RGB is the order this decoder returns.
-  } else if (channels == 3) {
-    png_set_gray_to_rgb(s->png);
-  } else {
+  // Colour to 3 channels needs nothing: imgcodecs adds png_set_bgr, this decoder returns RGB.
+  if (channels == 1) {
     png_set_rgb_to_gray(s->png, PNG_ERROR_ACTION_NONE, 0.299, 0.587);
+  } else if ((color_type & PNG_COLOR_MASK_COLOR) == 0) {
+    png_set_gray_to_rgb(s->png);
   }
   png_set_interlace_handling(s->png);
   png_read_update_info(s->png, s->info);
