@@ -15,9 +15,11 @@ Result<std::unique_ptr<SlotMapping>> SlotMapping::Open(const protocol::JobInfo& 
   if (!geometry.ok()) return geometry.status();
   uint64_t sample_bytes = protocol::DTypeBytes(info.dtype);
   for (uint32_t d : info.sample_shape) sample_bytes *= d;  // bounded by the protocol decoder
-  if (sample_bytes == 0 || sample_bytes > info.slot_bytes) {
+  // A GPU job's images are in its device slots; its host slots hold labels and ids only.
+  const uint64_t image_slot_bytes = info.device >= 0 ? info.device_slot_bytes : info.slot_bytes;
+  if (sample_bytes == 0 || sample_bytes > image_slot_bytes) {
     return Status::InvalidArgument(fmt::format("a sample of {} bytes does not fit a slot of {}",
-                                               sample_bytes, info.slot_bytes));
+                                               sample_bytes, image_slot_bytes));
   }
   std::unique_ptr<SlotMapping> m(new SlotMapping());
   try {

@@ -92,9 +92,12 @@ echo "$consume" | grep -Eq '"skipped": ?0\b' || fail "consume skipped samples"
 
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then
-  for candidate in /usr/bin/python3 python3; do
-    if command -v "$candidate" >/dev/null && "$candidate" -c 'import numpy' 2>/dev/null; then
-      PY=$(command -v "$candidate")
+  # Checked in the same clean environment the loader check runs in (an inherited PYTHONPATH
+  # must not make a Python look as if it had numpy).
+  for candidate in python3 /usr/bin/python3; do
+    path=$(command -v "$candidate" || true)
+    if [ -n "$path" ] && "${CLEAN[@]}" "$path" -c 'import numpy' 2>/dev/null; then
+      PY=$path
       break
     fi
   done

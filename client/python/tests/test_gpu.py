@@ -46,8 +46,8 @@ class GpuServer:
         self.tmp = tempfile.TemporaryDirectory(prefix="carpool-gputest-")
         self.state = pathlib.Path(self.tmp.name)
         images = self.state / "images"
-        carpool.cli("dataset", "gen", str(images), "--count", str(COUNT), "--size", "96x80",
-                    "--classes", "4", "-q", state_dir=self.state)
+        subprocess.run([carpool.binary(), "dataset", "gen", str(images), "--count", str(COUNT),
+                        "--size", "96x80", "--classes", "4", "-q"], check=True)
         carpool.cli("dataset", "add", "jpegs", "--dir", str(images), "--prepare",
                     "resize=64,crop=64", "--quiet", state_dir=self.state)
         base = dict(cache_size="64MiB", workers=4, lease="1s", gpus="0", gpu_cache_size="64MiB")
