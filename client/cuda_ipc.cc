@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <cstring>
+#include <map>
 #include <mutex>
 
 namespace carpool {
@@ -80,6 +81,22 @@ const Driver& GetDriver() {
   return *driver;
 }
 
+// Opened handles, shared by every job of this process that names the same allocation.
+struct OpenMapping {
+  CUdeviceptr base = 0;
+  CUcontext context = nullptr;
+  int device = -1;
+  int refs = 0;
+};
+std::mutex& MappingsMu() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<std::string, OpenMapping>& Mappings() {  // GUARDED_BY(MappingsMu())
+  static auto* m = new std::map<std::string, OpenMapping>();
+  return *m;
+}
+
 std::string Upper(std::string s) {
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return s;
@@ -111,39 +128,50 @@ Result<std::unique_ptr<DeviceSlotMapping>> DeviceSlotMapping::Open(const protoco
   m->device_ = info.device;
   m->stride_ = info.device_slot_stride;
   m->slot_bytes_ = info.device_slot_bytes;
-  CUcontext ctx = nullptr;
-  if (CUresult r = d.PrimaryCtxRetain(&ctx, dev); r != 0) {
-    return Status::Unavailable(fmt::format("cuDevicePrimaryCtxRetain: {}", d.Error(r)));
+  m->handle_ = info.device_handle;
+  std::lock_guard lock(MappingsMu());
+  OpenMapping& open = Mappings()[info.device_handle];
+  if (open.refs == 0) {
+    CUcontext ctx = nullptr;
+    if (CUresult r = d.PrimaryCtxRetain(&ctx, dev); r != 0) {
+      Mappings().erase(info.device_handle);
+      return Status::Unavailable(fmt::format("cuDevicePrimaryCtxRetain: {}", d.Error(r)));
+    }
+    CUipcMemHandle handle{};
+    std::memcpy(handle.reserved, info.device_handle.data(), sizeof(handle.reserved));
+    CUdeviceptr ptr = 0;
+    d.CtxPush(ctx);
+    const CUresult opened = d.IpcOpen(&ptr, handle, kLazyEnablePeerAccess);
+    CUcontext popped = nullptr;
+    d.CtxPop(&popped);
+    if (opened != 0) {
+      d.PrimaryCtxRelease(dev);
+      Mappings().erase(info.device_handle);
+      return Status::Unavailable(fmt::format(
+          "cannot open the server's device batch slots on CUDA device {} ({}); the server and "
+          "the job must run on the same machine, and not in the same process",
+          info.device, d.Error(opened)));
+    }
+    open = OpenMapping{ptr, ctx, info.device, 0};
   }
-  m->context_ = ctx;
-  CUipcMemHandle handle{};
-  std::memcpy(handle.reserved, info.device_handle.data(), sizeof(handle.reserved));
-  CUdeviceptr ptr = 0;
-  d.CtxPush(ctx);
-  const CUresult opened = d.IpcOpen(&ptr, handle, kLazyEnablePeerAccess);
-  CUcontext popped = nullptr;
-  d.CtxPop(&popped);
-  if (opened != 0) {
-    return Status::Unavailable(fmt::format(
-        "cannot open the server's device batch slots on CUDA device {} ({}); the server and the "
-        "job must run on the same machine, and not in the same process",
-        info.device, d.Error(opened)));
-  }
-  m->base_ = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(ptr));
+  ++open.refs;
+  m->base_ = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(open.base)) + info.device_offset;
   return m;
 }
 
 DeviceSlotMapping::~DeviceSlotMapping() {
   const Driver& d = GetDriver();
-  if (context_ == nullptr || !d.status.ok()) return;
-  if (base_ != nullptr) {
-    d.CtxPush(static_cast<CUcontext>(context_));
-    d.IpcClose(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(base_)));
-    CUcontext popped = nullptr;
-    d.CtxPop(&popped);
-  }
+  if (base_ == nullptr || !d.status.ok()) return;
+  std::lock_guard lock(MappingsMu());
+  auto it = Mappings().find(handle_);
+  if (it == Mappings().end() || --it->second.refs > 0) return;
+  d.CtxPush(it->second.context);
+  d.IpcClose(it->second.base);
+  CUcontext popped = nullptr;
+  d.CtxPop(&popped);
   CUdevice dev = 0;
-  if (d.DeviceGet(&dev, device_) == 0) d.PrimaryCtxRelease(dev);
+  if (d.DeviceGet(&dev, it->second.device) == 0) d.PrimaryCtxRelease(dev);
+  Mappings().erase(it);
 }
 
 }  // namespace carpool

@@ -1,7 +1,9 @@
 // The client's mapping of a GPU job's device batch slots: the server's cudaMalloc, opened in this
 // process from its legacy CUDA IPC handle. The CUDA driver (libcuda.so.1) is loaded with dlopen at
 // the first GPU job, so libcarpool needs no CUDA at build or load time and a CPU-only machine
-// never touches it. Thread-safe after Open; the destructor closes the mapping (RAII).
+// never touches it. A process opens each IPC handle once (the driver refuses a second open of the
+// same allocation), so mappings are shared and counted process-wide; the last one closes it.
+// Thread-safe after Open; the destructor drops this job's reference (RAII).
 #ifndef CARPOOL_CLIENT_CUDA_IPC_H_
 #define CARPOOL_CLIENT_CUDA_IPC_H_
 
@@ -32,9 +34,9 @@ class DeviceSlotMapping {
  private:
   DeviceSlotMapping() = default;
   int device_ = -1;
-  uint8_t* base_ = nullptr;
+  uint8_t* base_ = nullptr;  // slot 0: the mapping's base plus the job's offset
   uint64_t stride_ = 0, slot_bytes_ = 0;
-  void* context_ = nullptr;  // the device's primary context, retained while mapped
+  std::string handle_;  // key of the shared mapping
 };
 
 }  // namespace carpool

@@ -153,6 +153,7 @@ void Put(Writer& w, const JobInfo& m) {
   w.Str(m.device_pci_bus_id);
   w.Int(m.device_slot_stride);
   w.Int(m.device_slot_bytes);
+  w.Int(m.device_offset);
 }
 void Get(Reader& r, JobInfo& m) {
   m.job_id = r.Int<uint64_t>("job_id");
@@ -198,6 +199,10 @@ void Get(Reader& r, JobInfo& m) {
   m.device_pci_bus_id = r.Str("device_pci_bus_id", kMaxNameBytes);
   m.device_slot_stride = r.Int<uint64_t>("device_slot_stride");
   m.device_slot_bytes = r.Int<uint64_t>("device_slot_bytes");
+  m.device_offset = r.Int<uint64_t>("device_offset");
+  if (m.device_offset % 256 != 0 || m.device_offset > (uint64_t{1} << 48)) {
+    r.Fail(fmt::format("device_offset {} is not 256-aligned or exceeds 2^48", m.device_offset));
+  }
   if (m.device < -1) r.Fail(fmt::format("device is {}, expected -1 or a device index", m.device));
   if (m.device >= 0) {
     if (m.device_handle.size() != kIpcHandleBytes) {
@@ -209,7 +214,8 @@ void Get(Reader& r, JobInfo& m) {
       r.Fail(fmt::format("device slots of {} bytes at stride {} are empty, overlap or exceed 2^40",
                          m.device_slot_bytes, m.device_slot_stride));
     }
-  } else if (!m.device_handle.empty() || m.device_slot_bytes != 0 || m.device_slot_stride != 0) {
+  } else if (!m.device_handle.empty() || m.device_slot_bytes != 0 || m.device_slot_stride != 0 ||
+             m.device_offset != 0) {
     r.Fail("a CPU job (device -1) carries device slot fields");
   }
 }

@@ -102,6 +102,9 @@ struct JobInfo {
   std::string device_pci_bus_id;  // of that device, so the client can check it opens the same one
   uint64_t device_slot_stride = 0;
   uint64_t device_slot_bytes = 0;
+  // Of slot 0 from the base of the allocation the handle names (the driver may place a small
+  // cudaMalloc inside a larger allocation; the handle then names that one).
+  uint64_t device_offset = 0;
   bool operator==(const JobInfo&) const = default;
 };
 

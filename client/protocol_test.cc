@@ -49,6 +49,7 @@ JobInfo SampleGpuJobInfo() {
   m.device_pci_bus_id = "0000:1B:00.0";
   m.device_slot_stride = 77 << 20;
   m.device_slot_bytes = (77 << 20) - 256;
+  m.device_offset = 512;
   return m;
 }
 
@@ -170,6 +171,9 @@ TEST(ProtocolTest, RejectsOutOfRangeFields) {
   EXPECT_FALSE(EncodeFrame(info).ok());
   info = SampleGpuJobInfo();
   info.device = -1;
+  EXPECT_FALSE(EncodeFrame(info).ok());
+  info = SampleGpuJobInfo();
+  info.device_offset = 100;
   EXPECT_FALSE(EncodeFrame(info).ok());
   info = SampleGpuJobInfo();
   info.device = -2;

@@ -168,6 +168,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     info.device_pci_bus_id = job->device_slots->pci_bus_id();
     info.device_slot_stride = job->device_slots->stride();
     info.device_slot_bytes = job->device_slots->slot_bytes();
+    info.device_offset = job->device_slots->ipc_offset();
   }
 
   {

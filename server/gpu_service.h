@@ -33,6 +33,7 @@ class DeviceSlots {
   virtual uint64_t slot_bytes() const = 0;    // usable bytes of a slot: images, then int64 labels
   virtual uint64_t labels_offset() const = 0;  // of the int64 labels inside a slot
   virtual const std::string& ipc_handle() const = 0;  // cudaIpcMemHandle_t bytes (64)
+  virtual uint64_t ipc_offset() const = 0;  // of slot 0 from the base the handle names
   virtual const std::string& pci_bus_id() const = 0;  // e.g. "0000:1B:00.0", to check the client's
 };
 

@@ -3,6 +3,7 @@
 // segments unlinked, socket removed).
 #include <fmt/core.h>
 #include <fmt/ranges.h>
+#include <execinfo.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -108,6 +109,28 @@ Result<std::chrono::milliseconds> ParseDuration(const std::string& flag, const s
 
 constexpr uint32_t kMaxWorkers = 1024;
 
+// A crash report on stderr (the server's log): the signal and the stack as module+offset, which
+// `addr2line -f -e carpool OFFSET` turns into functions. Async-signal-safe enough for a process
+// that is about to die: backtrace() is primed at start so it does not allocate here.
+void OnFatalSignal(int sig) {
+  static const char kHead[] = "carpool server: fatal signal, backtrace follows\n";
+  (void)!write(STDERR_FILENO, kHead, sizeof(kHead) - 1);
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  raise(sig);  // SA_RESETHAND: the default action (core dump) follows
+}
+
+void InstallCrashReport() {
+  void* prime[1];
+  (void)backtrace(prime, 1);
+  struct sigaction sa{};
+  sa.sa_handler = OnFatalSignal;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, nullptr);
+}
+
 int Serve(int argc, char** argv) {
   std::string state_dir, socket, cache_size = "1GiB", policy = "refcnt", lease = "2s";
   std::string gpus = "all", gpu_cache_size = "2GiB";
@@ -131,6 +154,7 @@ int Serve(int argc, char** argv) {
       "device-resident sample area per GPU, e.g. 4GiB; 0 = upload every use (default 2GiB)");
   po::variables_map vm;
   if (auto rc = ParseCommandLine(argc, argv, "carpool server", kUsage, opts, &vm)) return *rc;
+  InstallCrashReport();
   EngineOptions eo;
   Result<uint64_t> bytes = ParseBytes("--cache-size", cache_size);
   if (!bytes.ok()) return Fail(bytes.status());

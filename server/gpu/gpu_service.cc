@@ -1,6 +1,7 @@
 // GpuService on CUDA: one per served GPU (server/gpu_service.h).
 #include "server/gpu_service.h"
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -21,10 +22,37 @@ namespace carpool {
 namespace {
 
 constexpr uint64_t kSlotAlign = 256;
+constexpr uint64_t kAllocationGranule = uint64_t{2} << 20;
 uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
 Status OnDevice(int device) {
   return gpu::CudaCheck(cudaSetDevice(device), fmt::format("cudaSetDevice({})", device));
+}
+
+// The allocation that holds `p` (base, bytes), from the driver's cuMemGetAddressRange, reached
+// through the runtime so that nothing links libcuda at build time.
+Result<std::pair<uintptr_t, size_t>> AllocationRange(const void* p) {
+  using Fn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+  static Fn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      f = nullptr;
+    }
+    return reinterpret_cast<Fn>(f);
+  }();
+  if (fn == nullptr) {
+    return Status::Unavailable("the CUDA driver has no cuMemGetAddressRange; update the driver");
+  }
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  if (CUresult r = fn(&base, &bytes, reinterpret_cast<CUdeviceptr>(p)); r != CUDA_SUCCESS) {
+    return Status::Internal(
+        fmt::format("cuMemGetAddressRange failed with error {}", static_cast<int>(r)));
+  }
+  return std::pair<uintptr_t, size_t>(static_cast<uintptr_t>(base), bytes);
 }
 
 class CudaDeviceSlots : public DeviceSlots {
@@ -35,6 +63,7 @@ class CudaDeviceSlots : public DeviceSlots {
   uint64_t slot_bytes() const override { return slot_bytes_; }
   uint64_t labels_offset() const override { return labels_offset_; }
   const std::string& ipc_handle() const override { return handle_; }
+  uint64_t ipc_offset() const override { return offset_; }
   const std::string& pci_bus_id() const override { return pci_; }
   uint8_t* SlotBase(uint32_t slot) const {
     return static_cast<uint8_t*>(memory_.data()) + uint64_t{slot} * stride_;
@@ -42,15 +71,17 @@ class CudaDeviceSlots : public DeviceSlots {
   ~CudaDeviceSlots() override {
     if (memory_) {
       (void)OnDevice(device_);
+      memory_bytes_ = memory_.bytes();
       memory_.Reset();  // cudaFree waits for work still using it
-      pool_bytes_->fetch_sub(uint64_t{count_} * stride_);
+      pool_bytes_->fetch_sub(memory_bytes_);
       pool_slots_->fetch_sub(count_);
     }
   }
 
   int device_ = 0;
   uint32_t count_ = 0;
-  uint64_t stride_ = 0, slot_bytes_ = 0, labels_offset_ = 0;
+  uint64_t stride_ = 0, slot_bytes_ = 0, labels_offset_ = 0, offset_ = 0;
+  uint64_t memory_bytes_ = 0;  // what pool_bytes_ counts for these slots
   std::string handle_, pci_;
   gpu::DeviceBuffer memory_;
   std::atomic<uint64_t>* pool_bytes_ = nullptr;
@@ -157,7 +188,9 @@ Result<std::unique_ptr<DeviceSlots>> CudaGpuService::CreateSlots(uint32_t count,
   slots->labels_offset_ = AlignUp(uint64_t{batch_size} * image_bytes, kSlotAlign);
   slots->slot_bytes_ = slots->labels_offset_ + uint64_t{batch_size} * sizeof(int64_t);
   slots->stride_ = AlignUp(slots->slot_bytes_, kSlotAlign);
-  const uint64_t total = slots->stride_ * count;
+  // Whole 2 MiB pages: the driver gives such an allocation its own base, so the IPC handle maps
+  // this job's slots and nothing else (the offset below covers a driver that does not).
+  const uint64_t total = AlignUp(slots->stride_ * count, kAllocationGranule);
   if (Status s = OnDevice(device_); !s.ok()) return s;
   Result<gpu::DeviceBuffer> memory = gpu::DeviceBuffer::Allocate(total);
   if (!memory.ok()) {
@@ -174,6 +207,15 @@ Result<std::unique_ptr<DeviceSlots>> CudaGpuService::CreateSlots(uint32_t count,
     return s;
   }
   slots->handle_.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+  Result<std::pair<uintptr_t, size_t>> range = AllocationRange(slots->memory_.data());
+  if (!range.ok()) return range.status();
+  const auto address = reinterpret_cast<uintptr_t>(slots->memory_.data());
+  slots->offset_ = address - range->first;
+  if (slots->offset_ != 0 || range->second != total) {
+    log::Warn("GPU {}: a job's {}-byte device slots lie at offset {} of a {}-byte allocation; "
+              "its process can map the rest of that allocation too",
+              device_, total, slots->offset_, range->second);
+  }
   slots->pool_bytes_ = &pool_bytes_;
   slots->pool_slots_ = &pool_slots_;
   pool_bytes_ += total;
