@@ -91,6 +91,8 @@ echo "$consume" | grep -Eq '"samples": ?100\b' || fail "consume delivered other 
 echo "$consume" | grep -Eq '"skipped": ?0\b' || fail "consume skipped samples"
 
 PY=${PYTHON:-}
+# An interpreter named without a path must resolve here: the checks below run with PATH=/usr/bin.
+if [ -n "$PY" ]; then PY=$(command -v "$PY") || fail "PYTHON='$PYTHON' is not found"; fi
 if [ -z "$PY" ]; then
   # Checked in the same clean environment the loader check runs in (an inherited PYTHONPATH
   # must not make a Python look as if it had numpy).
