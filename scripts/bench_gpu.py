@@ -109,8 +109,12 @@ def torchvision_loader(spec, torch):
     if spec["indices"] is not None:
         data = Subset(data, spec["indices"])
     torch.manual_seed(spec["seed"])
+    # Workers from a forkserver, not forked from this job: it has CUDA and cuDNN threads by now,
+    # and forked workers deadlocked on their inherited locks (H100 run: 256 images in 117 s).
     return DataLoader(data, batch_size=spec["batch_size"], shuffle=True,
-                      num_workers=spec["workers"], pin_memory=spec["device"] != "cpu")
+                      num_workers=spec["workers"], pin_memory=spec["device"] != "cpu",
+                      multiprocessing_context="forkserver" if spec["workers"] > 0 else None,
+                      persistent_workers=spec["workers"] > 0, prefetch_factor=4)
 
 
 def baseline_batches(spec, loader, dev, torch):
@@ -154,8 +158,15 @@ def run_job(spec, go, stop, progress, out):
     batches = (carpool_batches(spec) if spec["side"] in ("carpool", "drop")
                else baseline_batches(spec, tv, dev, torch) if tv is not None
                else synthetic_batches(x0, y0))
+    # Rates are steady-state on both sides: from the first batch's arrival, that batch not
+    # counted. What came before (the DataLoader starting its workers, a carpool job joining and
+    # waiting for its first batch) is reported as startup_s.
     images = steps = 0
+    go_t, first_t = start, None
     for x, y in batches:
+        if first_t is None:
+            first_t = time.monotonic()
+            start, images = first_t, -len(y)
         for _ in range(spec["repeat"] if step else 0):
             step(x, y)
             steps += 1
@@ -168,15 +179,26 @@ def run_job(spec, go, stop, progress, out):
     if cuda:
         torch.cuda.synchronize()
     end = time.monotonic()
+    # The DataLoader's workers come from a forkserver, so they are not this process's children:
+    # read their CPU time before they exit (persistent workers live on the loader's iterator).
+    worker_pids = [w.pid for w in getattr(getattr(tv, "_iterator", None), "_workers", [])]
+    forked_cpu = 0.0
+    for pid in worker_pids:
+        try:
+            forked_cpu += cpu_seconds(pid)
+        except OSError:  # already gone: its time is lost, the figure is a lower bound
+            pass
     batches.close()  # detaches from the server / joins the DataLoader's workers
     cpu1 = os.times()
     out.put(("done", spec["job"], {
         "job": spec["job"], "dataset": spec["dataset_key"], "images": images, "steps": steps,
         "start": start, "end": end, "seconds": end - start,
+        "startup_s": (first_t - go_t) if first_t is not None else None,
         "images_per_s": images / (end - start) if end > start else 0.0,
         "job_cpu_s": cpu1.user + cpu1.system - cpu0.user - cpu0.system,
-        "workers_cpu_s": (cpu1.children_user + cpu1.children_system - cpu0.children_user
-                          - cpu0.children_system), "workers": spec["workers"]}))
+        "workers_cpu_s": (forked_cpu + cpu1.children_user + cpu1.children_system
+                          - cpu0.children_user - cpu0.children_system),
+        "workers": spec["workers"]}))
 
 
 def job_process(spec, go, stop, progress, out):

@@ -53,7 +53,10 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   uint32_t workers = options.workers;
   if (workers == 0) workers = std::max(1u, std::thread::hardware_concurrency());
   // Parallelism comes from the pool; OpenCV's own threads would only oversubscribe the cores.
-  e->workers_ = std::make_unique<WorkerPool>(workers, [] { cv::setNumThreads(1); });
+  // Set once, here: the setting is process-wide, and OpenCV's TBB backend crashed (H100, 16
+  // workers) when every worker called cv::setNumThreads at once as it started.
+  cv::setNumThreads(1);
+  e->workers_ = std::make_unique<WorkerPool>(workers, [] {});
   e->coordinator_ = std::thread([raw = e.get()] { raw->CoordinatorLoop(); });
   return e;
 }
