@@ -457,6 +457,16 @@ class Bench:
                            torch=ready[0]["torch"], step_s=ready[0]["step_s"])
         print(f"GPU training rate alone ({ready[0]['device']}, synthetic input, "
               f"{results[0]['seconds']:.1f} s): {self.gpu_rate:.0f} img/s", flush=True)
+        # N training processes share the GPU by time-slicing, which costs throughput: the GPU's
+        # bound for an N-job scenario is N processes on synthetic input, measured the same way.
+        self.gpu_rate_by_jobs = {1: self.gpu_rate}
+        for n in sorted({len(SCENARIOS[name][1]) for name in a.scenarios} - {1}):
+            specs = [self.spec("synthetic", i, "all") for i in range(n)]
+            results, _, _ = run_jobs(specs, a.rate_seconds)
+            self.gpu_rate_by_jobs[n] = sum(r["images_per_s"] for r in results)
+            print(f"GPU training rate, {n} processes on synthetic input: "
+                  f"{self.gpu_rate_by_jobs[n]:.0f} img/s", flush=True)
+        self.report["gpu_rate_by_jobs"] = self.gpu_rate_by_jobs
         self.prep_rate = self.report["prepare_rate_images_per_s"] = None
         if self.carpool:
             try:
@@ -473,15 +483,16 @@ class Bench:
                   f"{self.cores} cores", flush=True)
 
     def limit(self, keys, repeats):
-        """min(prepare rate x deliveries per unique sample, GPU rate x deliveries per trained
-        image): carpool prepares a sample once for all the jobs that read it, and the GPU trains
-        every delivery (twice for a job that trains twice on each batch)."""
+        """min(prepare rate x deliveries per unique sample, GPU rate of as many processes x
+        deliveries per trained image): carpool prepares a sample once for all the jobs that read
+        it, and the GPU trains every delivery (twice for a job that trains twice on each batch)."""
         sets = [set(k for lo, hi in self.ranges[key] for k in range(lo, hi)) for key in keys]
         share = sum(map(len, sets)) / len(set().union(*sets))
         work = sum(map(len, sets)) / sum(len(x) * r for x, r in zip(sets, repeats))
         if self.prep_rate is None:
             return share, None
-        return share, min(self.prep_rate * share, self.gpu_rate * work)
+        gpu = self.gpu_rate_by_jobs.get(len(keys), self.gpu_rate)
+        return share, min(self.prep_rate * share, gpu * work)
 
     def scenario(self, name):
         a = self.args

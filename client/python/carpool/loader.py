@@ -1,10 +1,11 @@
 """carpool.Loader: a training job's batches from the local carpool server, zero-copy."""
 
-import collections
 import ctypes
 import json
 import os
 import pathlib
+import queue
+import threading
 import warnings
 
 import numpy as np
@@ -121,6 +122,34 @@ class _CudaArray:
         }
 
 
+class _GpuReleaser:
+    """Hands GPU batch slots back to the server as soon as the GPU work queued on them (up to an
+    event recorded when the job moved past them) has finished, from a thread of its own, so the
+    server gets its slots back while the training loop is busy or waiting for the next batch."""
+
+    def __init__(self, lib):
+        self._lib = lib
+        self._queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="carpool-gpu-release", daemon=True)
+        self._thread.start()
+
+    def put(self, batch, event):
+        self._queue.put((batch, event))
+
+    def _run(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch, event = item
+            event.synchronize()  # drops the GIL while it waits
+            self._lib.carpool_batch_release(batch.handle)
+
+    def close(self):
+        self._queue.put(None)
+        self._thread.join()
+
+
 def _parse_device(device):
     """"cpu" -> -1, "cuda" -> 0, "cuda:N" / torch.device -> N; ValueError otherwise."""
     text = str(device)
@@ -166,8 +195,8 @@ class Loader:
     process through CUDA IPC: images and labels (int64) are torch CUDA tensors on cuda:N, ZERO-COPY
     and WRITABLE (the slot is this job's alone), valid until the next step like the CPU views.
     The slot goes back to the server only once the GPU work queued on the current stream up to
-    the next step has finished (an event is recorded there), so kernels still reading a batch
-    never see the next one; up to prefetch-1 steps of GPU work may be queued ahead.
+    the next step has finished (an event is recorded there and a thread of the loader waits for
+    it), so kernels still reading a batch never see the next one.
     Thread contract: one thread at a time per Loader; loaders in different threads are
     independent (ctypes drops the GIL while a step waits).
     """
@@ -193,8 +222,7 @@ class Loader:
         self._job = None
         self._current = None  # _BatchMemory of the batch handed out last
         self._pending = None  # a batch of the next epoch, fetched while ending this one
-        self._in_use = collections.deque()  # GPU: (batch, event) released once the event is done
-        self._prefetch = int(prefetch)
+        self._releaser = None  # GPU: a thread that hands slots back once their work is done
         self._finished = False
         self._epoch_over = False  # the batch handed out last was its epoch's last
         self._client = _Client(socket, state_dir)
@@ -303,21 +331,10 @@ class Loader:
             # the work queued so far on the current stream is done.
             event = torch.cuda.Event()
             event.record(torch.cuda.current_stream(self._torch_device))
-            self._in_use.append((self._current, event))
-            self._release_finished_gpu_work()
+            if self._releaser is None:
+                self._releaser = _GpuReleaser(self._lib)
+            self._releaser.put(self._current, event)
         self._current = None
-
-    def _release_finished_gpu_work(self, wait_all=False):
-        """Releases GPU batches whose readers finished; waits for the oldest while too many are
-        held for the server to have a free slot (prefetch - 1 at most), or for all."""
-        while self._in_use:
-            batch, event = self._in_use[0]
-            if not event.query():
-                if not wait_all and len(self._in_use) < self._prefetch:
-                    return
-                event.synchronize()
-            self._lib.carpool_batch_release(batch.handle)
-            self._in_use.popleft()
 
     def _hand_out(self, batch, epoch):
         lib = self._lib
@@ -378,8 +395,9 @@ class Loader:
         """Ends the job now (the server removes it and frees its slots). Idempotent. Views handed
         out earlier stay mapped, so reading them does not fault, but their contents are void."""
         self._release_current()
-        if getattr(self, "_in_use", None):
-            self._release_finished_gpu_work(wait_all=True)
+        if getattr(self, "_releaser", None) is not None:
+            self._releaser.close()  # waits for the GPU work on the batches still held
+            self._releaser = None
         self._pending = None
         if getattr(self, "_job", None) is not None:
             self._lib.carpool_job_free(self._job)
