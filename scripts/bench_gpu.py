@@ -98,7 +98,7 @@ def carpool_batches(spec):
                 yield (images.permute(0, 3, 1, 2) if nhwc else images), labels
 
 
-def torchvision_loader(spec, torch):
+def torchvision_loader(spec, torch, go=None):
     from torch.utils.data import DataLoader, Subset
     from torchvision import datasets, transforms
     tf = transforms.Compose([
@@ -109,17 +109,20 @@ def torchvision_loader(spec, torch):
     if spec["indices"] is not None:
         data = Subset(data, spec["indices"])
     torch.manual_seed(spec["seed"])
-    # Workers from a forkserver, not forked from this job: it has CUDA and cuDNN threads by now,
-    # and forked workers deadlocked on their inherited locks (H100 run: 256 images in 117 s).
+    # The caller starts the workers (iter) before this job touches CUDA: workers forked from a
+    # process with CUDA and cuDNN threads deadlocked on inherited locks (H100: 256 images in
+    # 117 s), and forkserver workers took 60-100 s to start. They wait for `go` before their
+    # first decode, so nothing is decoded before the clock.
     return DataLoader(data, batch_size=spec["batch_size"], shuffle=True,
                       num_workers=spec["workers"], pin_memory=spec["device"] != "cpu",
-                      multiprocessing_context="forkserver" if spec["workers"] > 0 else None,
-                      persistent_workers=spec["workers"] > 0, prefetch_factor=4)
+                      persistent_workers=spec["workers"] > 0,
+                      multiprocessing_context="fork" if spec["workers"] > 0 else None,
+                      worker_init_fn=(lambda _: go.wait()) if go is not None else None)
 
 
-def baseline_batches(spec, loader, dev, torch):
-    for _ in range(spec["epochs"]):
-        for images, labels in loader:
+def baseline_batches(spec, loader, dev, torch, first):
+    for epoch in range(spec["epochs"]):
+        for images, labels in (first if epoch == 0 else loader):
             x = images.to(dev, non_blocking=True).contiguous(memory_format=torch.channels_last)
             yield x, labels.to(dev, non_blocking=True)
 
@@ -132,6 +135,10 @@ def synthetic_batches(x, y):
 def run_job(spec, go, stop, progress, out):
     import torch
     torch.set_num_threads(1)  # the cores belong to the loaders
+    tv = tv_first = None
+    if spec["side"] == "baseline":  # workers forked now, before CUDA (see torchvision_loader)
+        tv = torchvision_loader(spec, torch, go)
+        tv_first = iter(tv)
     dev = torch.device(spec["device"])
     cuda = dev.type == "cuda"
     if cuda:
@@ -150,20 +157,27 @@ def run_job(spec, go, stop, progress, out):
             if cuda:
                 torch.cuda.synchronize()
             step_s = time.monotonic() - t
-    tv = torchvision_loader(spec, torch) if spec["side"] == "baseline" else None
     out.put(("ready", spec["job"], {"torch": torch.__version__, "step_s": step_s,
                                     "device": torch.cuda.get_device_name(dev) if cuda else "cpu"}))
     go.wait()
     start, cpu0 = time.monotonic(), os.times()
     batches = (carpool_batches(spec) if spec["side"] in ("carpool", "drop")
-               else baseline_batches(spec, tv, dev, torch) if tv is not None
+               else baseline_batches(spec, tv, dev, torch, tv_first) if tv is not None
                else synthetic_batches(x0, y0))
     # Rates are steady-state on both sides: from the first batch's arrival, that batch not
     # counted. What came before (the DataLoader starting its workers, a carpool job joining and
     # waiting for its first batch) is reported as startup_s.
     images = steps = 0
     go_t, first_t = start, None
-    for x, y in batches:
+    wait_s = 0.0  # time the training loop waited for its next batch, after the first
+    while True:
+        t_wait = time.monotonic()
+        try:
+            x, y = next(batches)
+        except StopIteration:
+            break
+        if first_t is not None:
+            wait_s += time.monotonic() - t_wait
         if first_t is None:
             first_t = time.monotonic()
             start, images = first_t, -len(y)
@@ -194,6 +208,7 @@ def run_job(spec, go, stop, progress, out):
         "job": spec["job"], "dataset": spec["dataset_key"], "images": images, "steps": steps,
         "start": start, "end": end, "seconds": end - start,
         "startup_s": (first_t - go_t) if first_t is not None else None,
+        "wait_s": wait_s, "wait_fraction": wait_s / (end - start) if end > start else None,
         "images_per_s": images / (end - start) if end > start else 0.0,
         "job_cpu_s": cpu1.user + cpu1.system - cpu0.user - cpu0.system,
         "workers_cpu_s": (forked_cpu + cpu1.children_user + cpu1.children_system
@@ -519,8 +534,10 @@ class Bench:
             for r in agg["jobs"]:
                 r["start_offset_s"] = r["start"] - agg["start"]
             row[side] = agg
+            waits = [r.get("wait_fraction") for r in agg["jobs"] if r.get("wait_fraction")]
             print(f"{name:8} {side:8} {agg['images']:7d} images {agg['wall_s']:6.1f} s "
-                  f"{agg['images_per_s']:8.0f} img/s ({time.monotonic() - t:.0f} s with start-up)",
+                  f"{agg['images_per_s']:8.0f} img/s ({time.monotonic() - t:.0f} s with start-up)"
+                  f"; jobs waited for data {100 * sum(waits) / max(1, len(waits)):.0f}% of the time",
                   flush=True)
             self.save()
         row["carpool_vs_baseline"] = ratio(row.get("carpool", {}).get("images_per_s"),

@@ -1,5 +1,6 @@
 """carpool.Loader: a training job's batches from the local carpool server, zero-copy."""
 
+import atexit
 import ctypes
 import json
 import os
@@ -7,6 +8,7 @@ import pathlib
 import queue
 import threading
 import warnings
+import weakref
 
 import numpy as np
 
@@ -122,6 +124,21 @@ class _CudaArray:
         }
 
 
+_LIVE_GPU_LOADERS = weakref.WeakSet()
+
+
+@atexit.register
+def _close_gpu_loaders():
+    """Closes GPU loaders left open while the interpreter is still whole, so that their release
+    threads end and their jobs say bye: left to finalization, the process aborted ("terminate
+    called without an active exception", seen on the H100 with a loader never closed)."""
+    for loader in list(_LIVE_GPU_LOADERS):
+        try:
+            loader.close()
+        except Exception:  # exiting anyway: the server's lease cleans up after us
+            pass
+
+
 class _GpuReleaser:
     """Hands GPU batch slots back to the server as soon as the GPU work queued on them (up to an
     event recorded when the job moved past them) has finished, from a thread of its own, so the
@@ -145,9 +162,10 @@ class _GpuReleaser:
             event.synchronize()  # drops the GIL while it waits
             self._lib.carpool_batch_release(batch.handle)
 
-    def close(self):
-        self._queue.put(None)
-        self._thread.join()
+    def close(self):  # idempotent
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
 
 
 def _parse_device(device):
@@ -256,6 +274,8 @@ class Loader:
         self.layout = _ffi.LAYOUTS.get(info.layout, str(info.layout))
         self.device = "cpu" if info.device < 0 else f"cuda:{info.device}"
         self._torch_device = torch.device(self.device) if info.device >= 0 else None
+        if self._torch_device is not None:
+            _LIVE_GPU_LOADERS.add(self)
         self._np_dtype = _NP_DTYPES[info.dtype]
         self._batches_per_epoch = info.batches_per_epoch
         self.epoch = 0  # the epoch the next pass delivers (then: of the current batch)
