@@ -719,8 +719,10 @@ def main():
     ap.add_argument("--workers", type=int, help="CPU workers, all jobs together (default: cores)")
     ap.add_argument("--cache-size", default="8GiB")
     ap.add_argument("--gpu-cache-size", default="4GiB")
-    ap.add_argument("--lookahead", type=int)
-    ap.add_argument("--prefetch", type=int, default=4)
+    # 4096 samples and 8 credits: on the H100 one job reached 0.70 of the prepare rate with them,
+    # 0.54 with the server's defaults (1024, 4), and four jobs 1.99x against 1.67x.
+    ap.add_argument("--lookahead", type=int, default=4096, help="server look-ahead (default 4096)")
+    ap.add_argument("--prefetch", type=int, default=8, help="batches per job ahead (default 8)")
     ap.add_argument("--transform", default="random_crop(224)|flip|normalize(imagenet)|float16|nhwc")
     ap.add_argument("--warmup", type=int, help="untimed steps per job (default 5; smoke 1)")
     ap.add_argument("--slow-mode", choices=["twice", "sleep"], default="twice",
