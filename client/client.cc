@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "client/frame_socket.h"
-#include "client/protocol.h"
+#include "protocol/protocol.h"
 #include "client/cuda_ipc.h"
 #include "client/slot_mapping.h"
 

@@ -15,7 +15,7 @@
 
 #include "carpool/carpool.h"
 #include "carpool/client.h"
-#include "client/protocol.h"
+#include "protocol/protocol.h"
 #include "server/test_job_service.h"
 
 namespace carpool {

@@ -6,8 +6,8 @@
 //   u32 magic (kFrameMagic) | u16 version (kProtocolVersion) | u16 type (MessageType) | u32 length
 // Every decoder validates every field (lengths, string sizes, enum ranges, trailing bytes) before
 // use and returns a Status on any violation; it never reads past the span it was given.
-#ifndef CARPOOL_CLIENT_PROTOCOL_H_
-#define CARPOOL_CLIENT_PROTOCOL_H_
+#ifndef CARPOOL_PROTOCOL_PROTOCOL_H_
+#define CARPOOL_PROTOCOL_PROTOCOL_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -185,4 +185,4 @@ Result<std::vector<uint8_t>> EncodeFrame(const Message& message);
 
 }  // namespace carpool::protocol
 
-#endif  // CARPOOL_CLIENT_PROTOCOL_H_
+#endif  // CARPOOL_PROTOCOL_PROTOCOL_H_
