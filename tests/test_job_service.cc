@@ -1,4 +1,4 @@
-#include "server/test_job_service.h"
+#include "tests/test_job_service.h"
 
 #include <fmt/format.h>
 

@@ -16,7 +16,7 @@
 #include "carpool/carpool.h"
 #include "carpool/client.h"
 #include "protocol/protocol.h"
-#include "server/test_job_service.h"
+#include "tests/test_job_service.h"
 
 namespace carpool {
 namespace {
