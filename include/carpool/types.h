@@ -16,9 +16,12 @@ enum class Layout : uint8_t { kNHWC = 1, kNCHW = 2, kRaw = 3 };  // kRaw: opaque
 // Bytes of one element; 0 for a value outside the enum (e.g. an unchecked wire byte). Cost: O(1).
 constexpr size_t DTypeBytes(DType dtype) {
   switch (dtype) {
-    case DType::kUint8: return 1;
-    case DType::kFloat16: return 2;
-    case DType::kFloat32: return 4;
+    case DType::kUint8:
+      return 1;
+    case DType::kFloat16:
+      return 2;
+    case DType::kFloat32:
+      return 4;
   }
   return 0;
 }
@@ -26,9 +29,12 @@ constexpr size_t DTypeBytes(DType dtype) {
 // The name used in transform text and stats ("float16"); "unknown" outside the enum. Cost: O(1).
 constexpr std::string_view DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kUint8: return "uint8";
-    case DType::kFloat16: return "float16";
-    case DType::kFloat32: return "float32";
+    case DType::kUint8:
+      return "uint8";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kFloat32:
+      return "float32";
   }
   return "unknown";
 }
@@ -36,9 +42,12 @@ constexpr std::string_view DTypeName(DType dtype) {
 // The name used in transform text and stats ("nchw"); "unknown" outside the enum. Cost: O(1).
 constexpr std::string_view LayoutName(Layout layout) {
   switch (layout) {
-    case Layout::kNHWC: return "nhwc";
-    case Layout::kNCHW: return "nchw";
-    case Layout::kRaw: return "raw";
+    case Layout::kNHWC:
+      return "nhwc";
+    case Layout::kNCHW:
+      return "nchw";
+    case Layout::kRaw:
+      return "raw";
   }
   return "unknown";
 }
