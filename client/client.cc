@@ -9,16 +9,11 @@
 #include <thread>
 
 #include "client/frame_socket.h"
-#include "client/protocol.h"
+#include "protocol/protocol.h"
 #include "client/cuda_ipc.h"
 #include "client/slot_mapping.h"
 
 namespace carpool {
-
-static_assert(static_cast<int>(DType::kFloat16) == static_cast<int>(protocol::DType::kFloat16));
-static_assert(static_cast<int>(DType::kFloat32) == static_cast<int>(protocol::DType::kFloat32));
-static_assert(static_cast<int>(Layout::kNCHW) == static_cast<int>(protocol::Layout::kNCHW));
-static_assert(static_cast<int>(Layout::kRaw) == static_cast<int>(protocol::Layout::kRaw));
 
 namespace {
 constexpr std::chrono::milliseconds kHandshakeTimeout{5000};
@@ -193,8 +188,8 @@ Result<std::optional<Batch>> Job::Next() {
   t.data = region->images;
   t.shape.push_back(ready.sample_count);
   for (uint32_t d : state_->info.sample_shape) t.shape.push_back(d);
-  t.dtype = static_cast<DType>(state_->info.dtype);
-  t.layout = static_cast<Layout>(state_->info.layout);
+  t.dtype = state_->info.dtype;
+  t.layout = state_->info.layout;
   t.bytes = ready.images_bytes;
   t.device = dev ? dev->device() : -1;
   return std::optional<Batch>(Batch(std::move(impl)));
@@ -228,9 +223,9 @@ uint32_t Job::epochs() const { return state_->info.epochs; }
 std::vector<int64_t> Job::sample_shape() const {
   return {state_->info.sample_shape.begin(), state_->info.sample_shape.end()};
 }
-DType Job::dtype() const { return static_cast<DType>(state_->info.dtype); }
+DType Job::dtype() const { return state_->info.dtype; }
 int Job::device() const { return state_->info.device; }
-Layout Job::layout() const { return static_cast<Layout>(state_->info.layout); }
+Layout Job::layout() const { return state_->info.layout; }
 
 Result<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path) {
   auto hs = ConnectAndHello(socket_path, kHandshakeTimeout);

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "carpool/status.h"
-#include "client/protocol.h"
+#include "protocol/protocol.h"
 
 namespace carpool {
 

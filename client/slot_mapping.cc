@@ -13,7 +13,7 @@ namespace bip = boost::interprocess;
 Result<std::unique_ptr<SlotMapping>> SlotMapping::Open(const protocol::JobInfo& info) {
   auto geometry = slots::ComputeGeometry(info.slot_count, info.slot_bytes);
   if (!geometry.ok()) return geometry.status();
-  uint64_t sample_bytes = protocol::DTypeBytes(info.dtype);
+  uint64_t sample_bytes = DTypeBytes(info.dtype);
   for (uint32_t d : info.sample_shape) sample_bytes *= d;  // bounded by the protocol decoder
   // A GPU job's images are in its device slots; its host slots hold labels and ids only.
   const uint64_t image_slot_bytes = info.device >= 0 ? info.device_slot_bytes : info.slot_bytes;

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "carpool/status.h"
-#include "client/batch_slot_layout.h"
-#include "client/protocol.h"
+#include "protocol/batch_slot_layout.h"
+#include "protocol/protocol.h"
 
 namespace boost::interprocess {
 class mapped_region;

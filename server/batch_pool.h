@@ -1,5 +1,5 @@
 // A job's CPU batch slots: one shared-memory segment (mode 0600) holding slot_count slots of fixed
-// capacity, laid out as client/batch_slot_layout.h says. The slot count is the job's prefetch
+// capacity, laid out as protocol/batch_slot_layout.h says. The slot count is the job's prefetch
 // depth, so "a free slot exists" is exactly "the job has a credit": the engine can never have more
 // than prefetch unreleased batches. Thread-safe: the engine acquires and publishes from its
 // threads while the control plane releases from the io thread.
@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "carpool/status.h"
-#include "client/batch_slot_layout.h"
-#include "client/protocol.h"
+#include "protocol/batch_slot_layout.h"
+#include "protocol/protocol.h"
 
 namespace boost::interprocess {
 class mapped_region;

@@ -160,8 +160,8 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     info.sample_shape = {static_cast<uint32_t>(image->height), static_cast<uint32_t>(image->width),
                          static_cast<uint32_t>(image->channels)};
   }
-  info.dtype = static_cast<protocol::DType>(image->dtype);
-  info.layout = static_cast<protocol::Layout>(image->layout);
+  info.dtype = image->dtype;
+  info.layout = image->layout;
   info.segment_name = job->pool->name();
   info.slot_count = job->pool->slot_count();
   info.slot_bytes = job->pool->slot_bytes();

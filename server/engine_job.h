@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "client/protocol.h"
+#include "protocol/protocol.h"
 #include "server/batch_pool.h"
 #include "server/engine.h"
 #include "server/gpu_service.h"

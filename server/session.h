@@ -17,7 +17,7 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "client/protocol.h"
+#include "protocol/protocol.h"
 #include "server/job_service.h"
 
 namespace carpool {

@@ -140,32 +140,6 @@ float FloatValue(const TransformSpec& spec, int c, int v) {
 
 }  // namespace
 
-size_t DTypeSize(DType dtype) {
-  switch (dtype) {
-    case DType::kUint8:
-      return 1;
-    case DType::kFloat16:
-      return 2;
-    case DType::kFloat32:
-      return 4;
-  }
-  return 0;
-}
-
-std::string_view DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kUint8:
-      return "uint8";
-    case DType::kFloat16:
-      return "float16";
-    case DType::kFloat32:
-      return "float32";
-  }
-  return "?";
-}
-
-std::string_view LayoutName(Layout layout) { return layout == Layout::kNCHW ? "nchw" : "nhwc"; }
-
 std::string TransformSpec::ToString() const {
   std::string out;
   if (crop != CropMode::kNone) {

@@ -12,20 +12,12 @@
 #include <string_view>
 
 #include "carpool/status.h"
+#include "carpool/types.h"
 #include "server/prepare.h"
 
 namespace carpool {
 
 enum class CropMode : uint8_t { kNone, kRandom, kCenter };
-// Same numbering as carpool::protocol::DType and Layout (client/protocol.h), so the engine can
-// static_cast between them; a test there or in the engine should pin this down.
-enum class DType : uint8_t { kUint8 = 1, kFloat16 = 2, kFloat32 = 3 };
-enum class Layout : uint8_t { kNHWC = 1, kNCHW = 2 };
-
-size_t DTypeSize(DType dtype);
-std::string_view DTypeName(DType dtype);
-std::string_view LayoutName(Layout layout);
-
 struct TransformSpec {
   CropMode crop = CropMode::kNone;
   int crop_size = 0;
@@ -59,7 +51,7 @@ struct ImageShape {
   size_t elements() const {
     return static_cast<size_t>(channels) * static_cast<size_t>(height) * static_cast<size_t>(width);
   }
-  size_t bytes() const { return elements() * DTypeSize(dtype); }
+  size_t bytes() const { return elements() * DTypeBytes(dtype); }
   bool operator==(const ImageShape&) const = default;
 };
 

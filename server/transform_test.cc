@@ -29,7 +29,7 @@ template <typename T>
 std::vector<T> Apply(const TransformSpec& spec, const PreparedView& src, uint64_t seed) {
   Result<ImageShape> shape = TransformedShape(spec, src.shape);
   EXPECT_TRUE(shape.ok()) << shape.status().ToString();
-  EXPECT_EQ(DTypeSize(spec.dtype), sizeof(T));
+  EXPECT_EQ(DTypeBytes(spec.dtype), sizeof(T));
   std::vector<T> out(shape->elements());
   EXPECT_TRUE(ApplyTransform(spec, src, seed, out.data()).ok());
   return out;

@@ -14,7 +14,7 @@
 #include <set>
 #include <thread>
 
-#include "client/protocol.h"
+#include "protocol/protocol.h"
 #include "tests/e2e_util.h"
 
 namespace carpool::e2e {

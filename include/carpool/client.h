@@ -43,12 +43,9 @@
 #include <vector>
 
 #include "carpool/status.h"
+#include "carpool/types.h"
 
 namespace carpool {
-
-// Element type and memory layout of batch images (values match the wire protocol).
-enum class DType : uint8_t { kUint8 = 1, kFloat16 = 2, kFloat32 = 3 };
-enum class Layout : uint8_t { kNHWC = 1, kNCHW = 2, kRaw = 3 };
 
 struct JobOptions {
   std::string dataset;         // a dataset registered with 'carpool dataset add'

@@ -1,14 +1,16 @@
 #include <cuda_fp16.h>
 
+#include "carpool/types.h"
 #include "server/gpu/assemble_kernel.h"
 
 namespace carpool::gpu {
 namespace {
 
-// carpool::DType and Layout values (server/transform.h); the host code static_casts them.
-constexpr uint8_t kUint8 = 1;
-constexpr uint8_t kFloat16 = 2;
-constexpr uint8_t kNCHW = 2;
+// The descriptors carry carpool::DType and Layout (carpool/types.h) as bytes; the host code
+// static_casts them, so the kernel compares against the same definitions.
+constexpr uint8_t kUint8 = static_cast<uint8_t>(DType::kUint8);
+constexpr uint8_t kFloat16 = static_cast<uint8_t>(DType::kFloat16);
+constexpr uint8_t kNCHW = static_cast<uint8_t>(Layout::kNCHW);
 
 // The float value of byte v in channel c, in the order docs/transforms.md fixes:
 // v / 255, then (unit - mean) / std, each an IEEE float32 operation rounded to nearest. The

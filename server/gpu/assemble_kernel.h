@@ -20,8 +20,8 @@ struct KernelJob {
   int32_t channels;
   int32_t out_height;
   int32_t out_width;
-  uint8_t dtype;      // carpool::DType value
-  uint8_t layout;     // carpool::Layout value
+  uint8_t dtype;      // carpool::DType value (carpool/types.h)
+  uint8_t layout;     // carpool::Layout value (carpool/types.h)
   uint8_t normalize;  // 0 or 1
   uint8_t reserved;
 };

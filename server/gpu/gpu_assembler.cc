@@ -28,7 +28,7 @@ Status CheckDeviceDestination(int job, const JobBatchRequest& req, int device) {
         fmt::format("job {}: device_dst is null; give a device buffer of at least the batch size",
                     job));
   }
-  if (reinterpret_cast<uintptr_t>(req.device_dst) % DTypeSize(req.spec.dtype) != 0) {
+  if (reinterpret_cast<uintptr_t>(req.device_dst) % DTypeBytes(req.spec.dtype) != 0) {
     return Status::InvalidArgument(fmt::format("job {}: device_dst {} is not aligned for {}", job,
                                                req.device_dst, DTypeName(req.spec.dtype)));
   }

@@ -1,4 +1,4 @@
-#include "server/test_job_service.h"
+#include "tests/test_job_service.h"
 
 #include <fmt/format.h>
 
@@ -55,8 +55,8 @@ Result<protocol::JobInfo> TestJobService::CreateJob(const protocol::CreateJob& r
   info.batches_per_epoch = request.drop_last ? size / request.batch_size
                                              : (size + request.batch_size - 1) / request.batch_size;
   info.sample_shape = {2, 2, 1};
-  info.dtype = protocol::DType::kUint8;
-  info.layout = protocol::Layout::kNHWC;
+  info.dtype = DType::kUint8;
+  info.layout = Layout::kNHWC;
   info.segment_name = job->pool->name();
   info.slot_count = job->pool->slot_count();
   info.slot_bytes = job->pool->slot_bytes();

@@ -1,4 +1,4 @@
-#include "client/protocol.h"
+#include "protocol/protocol.h"
 
 #include <gtest/gtest.h>
 

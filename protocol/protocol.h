@@ -6,8 +6,8 @@
 //   u32 magic (kFrameMagic) | u16 version (kProtocolVersion) | u16 type (MessageType) | u32 length
 // Every decoder validates every field (lengths, string sizes, enum ranges, trailing bytes) before
 // use and returns a Status on any violation; it never reads past the span it was given.
-#ifndef CARPOOL_CLIENT_PROTOCOL_H_
-#define CARPOOL_CLIENT_PROTOCOL_H_
+#ifndef CARPOOL_PROTOCOL_PROTOCOL_H_
+#define CARPOOL_PROTOCOL_PROTOCOL_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "carpool/status.h"
+#include "carpool/types.h"
 
 namespace carpool::protocol {
 
@@ -48,13 +49,6 @@ inline constexpr uint16_t kMinMessageType = 1;
 inline constexpr uint16_t kMaxMessageType = 12;
 
 std::string_view MessageTypeName(MessageType type);
-
-// Per-sample element type and memory layout of the images in a batch.
-enum class DType : uint8_t { kUint8 = 1, kFloat16 = 2, kFloat32 = 3 };
-enum class Layout : uint8_t { kNHWC = 1, kNCHW = 2, kRaw = 3 };  // kRaw: opaque records
-size_t DTypeBytes(DType dtype);
-std::string_view DTypeName(DType dtype);
-std::string_view LayoutName(Layout layout);
 
 struct Hello {
   uint32_t pid = 0;
@@ -191,4 +185,4 @@ Result<std::vector<uint8_t>> EncodeFrame(const Message& message);
 
 }  // namespace carpool::protocol
 
-#endif  // CARPOOL_CLIENT_PROTOCOL_H_
+#endif  // CARPOOL_PROTOCOL_PROTOCOL_H_

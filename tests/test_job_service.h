@@ -4,8 +4,8 @@
 //
 // Datasets: "digits" (50 samples) and "tiny" (5). Sample id i of epoch e has label i % 10 and a
 // 2x2x1 uint8 image whose byte k is (i * 3 + e + k) & 0xff. Ids come in order 0..n-1 each epoch.
-#ifndef CARPOOL_SERVER_TEST_JOB_SERVICE_H_
-#define CARPOOL_SERVER_TEST_JOB_SERVICE_H_
+#ifndef CARPOOL_TESTS_TEST_JOB_SERVICE_H_
+#define CARPOOL_TESTS_TEST_JOB_SERVICE_H_
 
 #include <atomic>
 #include <map>
@@ -59,4 +59,4 @@ class TestJobService : public JobService {
 
 }  // namespace carpool
 
-#endif  // CARPOOL_SERVER_TEST_JOB_SERVICE_H_
+#endif  // CARPOOL_TESTS_TEST_JOB_SERVICE_H_

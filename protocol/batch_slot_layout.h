@@ -6,8 +6,8 @@
 //           slot_count data areas of slot_bytes each, slot_stride apart, from data_offset.
 // A data area holds one batch: images at 0, then int32 labels, then uint32 sample ids
 // (PlanBatchLayout). Pure functions and plain structs: thread-safe.
-#ifndef CARPOOL_CLIENT_BATCH_SLOT_LAYOUT_H_
-#define CARPOOL_CLIENT_BATCH_SLOT_LAYOUT_H_
+#ifndef CARPOOL_PROTOCOL_BATCH_SLOT_LAYOUT_H_
+#define CARPOOL_PROTOCOL_BATCH_SLOT_LAYOUT_H_
 
 #include <fmt/format.h>
 
@@ -101,4 +101,4 @@ inline BatchLayout PlanBatchLayout(uint32_t samples, uint64_t sample_bytes) {
 
 }  // namespace carpool::slots
 
-#endif  // CARPOOL_CLIENT_BATCH_SLOT_LAYOUT_H_
+#endif  // CARPOOL_PROTOCOL_BATCH_SLOT_LAYOUT_H_

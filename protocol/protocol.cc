@@ -1,4 +1,4 @@
-#include "client/protocol.h"
+#include "protocol/protocol.h"
 
 #include <fmt/format.h>
 
@@ -339,32 +339,13 @@ std::string_view MessageTypeName(MessageType type) {
   return "unknown";
 }
 
-size_t DTypeBytes(DType dtype) {
-  switch (dtype) {
-    case DType::kUint8: return 1;
-    case DType::kFloat16: return 2;
-    case DType::kFloat32: return 4;
-  }
-  return 0;
-}
-
-std::string_view DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kUint8: return "uint8";
-    case DType::kFloat16: return "float16";
-    case DType::kFloat32: return "float32";
-  }
-  return "unknown";
-}
-
-std::string_view LayoutName(Layout layout) {
-  switch (layout) {
-    case Layout::kNHWC: return "nhwc";
-    case Layout::kNCHW: return "nchw";
-    case Layout::kRaw: return "raw";
-  }
-  return "unknown";
-}
+// The wire carries DType and Layout as these bytes; renumbering breaks every deployed peer.
+static_assert(static_cast<uint8_t>(DType::kUint8) == 1);
+static_assert(static_cast<uint8_t>(DType::kFloat16) == 2);
+static_assert(static_cast<uint8_t>(DType::kFloat32) == 3);
+static_assert(static_cast<uint8_t>(Layout::kNHWC) == 1);
+static_assert(static_cast<uint8_t>(Layout::kNCHW) == 2);
+static_assert(static_cast<uint8_t>(Layout::kRaw) == 3);
 
 // Message alternatives are declared in MessageType order, so the type is index + 1.
 MessageType TypeOf(const Message& message) {

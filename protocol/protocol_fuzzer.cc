@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "client/protocol.h"
+#include "protocol/protocol.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace carpool::protocol;

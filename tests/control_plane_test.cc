@@ -15,8 +15,8 @@
 
 #include "carpool/carpool.h"
 #include "carpool/client.h"
-#include "client/protocol.h"
-#include "server/test_job_service.h"
+#include "protocol/protocol.h"
+#include "tests/test_job_service.h"
 
 namespace carpool {
 namespace {

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Checks the dependencies between carpool's folders (DESIGN.md "Layout"); exit 1 on a violation.
+
+Two checks, both from the same table:
+  - every #include "folder/..." in a folder names a folder that LAYERS allows it;
+  - every library (add_library in a folder's CMakeLists.txt) links only libraries of allowed
+    folders, and links, directly or through its dependencies, a library of each folder whose
+    headers its sources include (own-folder headers followed transitively).
+The build runs this before compiling (cmake/layers.cmake); cmake/check_layers_test.py proves it
+fails on a violation. Usage: check_layers.py REPO_ROOT
+"""
+import os
+import re
+import sys
+
+# folder -> the folders it may include and link, besides itself and include/carpool.
+_ALL = {"datasets", "sampler", "cache", "protocol", "server", "client"}
+LAYERS = {
+    "datasets": set(),
+    "sampler": set(),
+    "cache": set(),
+    "protocol": set(),
+    "server": {"sampler", "cache", "datasets", "protocol"},
+    "client": {"protocol"},
+    "tools": _ALL,
+    "tests": _ALL | {"tools"},
+}
+# Public headers that belong to one library rather than to everyone (the rest of include/carpool
+# is the header-only common layer).
+PUBLIC_OWNER = {"carpool/client.h": "client", "carpool/carpool.h": "client"}
+SOURCE_EXTENSIONS = (".h", ".cc", ".cu", ".cuh")
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+_ADD_LIBRARY = re.compile(r"add_library\(\s*(\w+)\s+([^)]*)\)")
+_LINK = re.compile(r"target_link_libraries\(\s*(\w+)\s+([^)]*)\)")
+_SOURCE = re.compile(r"[\w./-]+\.(?:cc|cu|cpp)\b")
+_OUR_LIBRARY = re.compile(r"\bcarpool_\w+")
+
+
+def layer_of(include):
+    """The folder an include path belongs to, or None for include/carpool's common headers."""
+    if include in PUBLIC_OWNER:
+        return PUBLIC_OWNER[include]
+    head = include.split("/", 1)[0]
+    return head if head in LAYERS and "/" in include else None
+
+
+def includes_of(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    for match in _INCLUDE.finditer(text):
+        yield text.count("\n", 0, match.start()) + 1, match.group(1)
+
+
+def check_includes(root):
+    errors = []
+    for folder, allowed in LAYERS.items():
+        for dirpath, _, files in os.walk(os.path.join(root, folder)):
+            for name in sorted(files):
+                if not name.endswith(SOURCE_EXTENSIONS):
+                    continue
+                path = os.path.join(dirpath, name)
+                for line, include in includes_of(path):
+                    dep = layer_of(include)
+                    if dep and dep != folder and dep not in allowed:
+                        errors.append(
+                            f"{os.path.relpath(path, root)}:{line}: includes \"{include}\", but "
+                            f"{folder}/ may depend only on {sorted(allowed) or 'include/carpool'}"
+                            f" (cmake/check_layers.py, DESIGN.md \"Layout\"); move the code down "
+                            f"a layer or the file to a folder that may depend on {dep}/")
+    return errors
+
+
+def read_libraries(root):
+    """{library: (folder, [sources], set(linked carpool libraries))} from the folders' CMake."""
+    libraries, links = {}, {}
+    for folder in LAYERS:
+        cmake = os.path.join(root, folder, "CMakeLists.txt")
+        if not os.path.exists(cmake):
+            continue
+        with open(cmake, encoding="utf-8") as f:
+            text = re.sub(r"#[^\n]*", "", f.read())
+        for name, args in _ADD_LIBRARY.findall(text):
+            if "ALIAS" not in args.split():
+                libraries[name] = (folder, _SOURCE.findall(args))
+        for name, args in _LINK.findall(text):
+            links.setdefault(name, set()).update(_OUR_LIBRARY.findall(args))
+    return {name: (folder, sources, links.get(name, set()))
+            for name, (folder, sources) in libraries.items()}
+
+
+def folders_needed(root, folder, sources):
+    """{dependency folder: first include that needs it}, following own-folder headers."""
+    needed, seen = {}, set()
+    pending = [os.path.join(root, folder, s) for s in sources]
+    while pending:
+        path = pending.pop()
+        if path in seen or not os.path.exists(path):
+            continue
+        seen.add(path)
+        for _, include in includes_of(path):
+            dep = layer_of(include)
+            if dep == folder:
+                pending.append(os.path.join(root, include))
+            elif dep is None and "/" not in include:
+                pending.append(os.path.join(os.path.dirname(path), include))
+            elif dep:
+                needed.setdefault(dep, f"{os.path.relpath(path, root)} includes \"{include}\"")
+    return needed
+
+
+def check_links(root):
+    libraries = read_libraries(root)
+    errors = []
+    for name, (folder, sources, linked) in sorted(libraries.items()):
+        for dep in sorted(linked):
+            dep_folder = libraries[dep][0] if dep in libraries else None
+            if dep_folder and dep_folder != folder and dep_folder not in LAYERS[folder]:
+                errors.append(f"{folder}/CMakeLists.txt: {name} links {dep} ({dep_folder}/), but "
+                              f"{folder}/ may depend only on "
+                              f"{sorted(LAYERS[folder]) or 'include/carpool'}")
+        closure, pending = set(), list(linked)
+        while pending:
+            dep = pending.pop()
+            if dep not in closure:
+                closure.add(dep)
+                pending.extend(libraries.get(dep, (None, [], set()))[2])
+        reached = {libraries[d][0] for d in closure if d in libraries}
+        for dep, why in sorted(folders_needed(root, folder, sources).items()):
+            if dep not in reached:
+                errors.append(f"{folder}/CMakeLists.txt: {name} links no library of {dep}/, but "
+                              f"{why}; add the library to its target_link_libraries")
+    return errors
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    root = os.path.abspath(argv[1])
+    errors = check_includes(root) + check_links(root)
+    for error in errors:
+        print(f"layer violation: {error}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
