@@ -24,20 +24,21 @@ Result<std::unique_ptr<SlotMapping>> SlotMapping::Open(const protocol::JobInfo& 
   std::unique_ptr<SlotMapping> m(new SlotMapping());
   try {
     // shm_open names carry a leading '/', Boost adds its own.
-    bip::shared_memory_object shm(bip::open_only, info.segment_name.c_str() + 1, bip::read_only);
+    // Writable: the segment is this job's alone, and training code modifies batches in place.
+    bip::shared_memory_object shm(bip::open_only, info.segment_name.c_str() + 1, bip::read_write);
     bip::offset_t size = 0;
     if (!shm.get_size(size) || static_cast<uint64_t>(size) < geometry->total_bytes) {
       return Status::Corruption(fmt::format(
           "batch segment {} is {} bytes, expected at least {}; the server and client disagree",
           info.segment_name, static_cast<int64_t>(size), geometry->total_bytes));
     }
-    m->region_ = std::make_unique<bip::mapped_region>(shm, bip::read_only, 0,
+    m->region_ = std::make_unique<bip::mapped_region>(shm, bip::read_write, 0,
                                                       geometry->total_bytes);
   } catch (const bip::interprocess_exception& e) {
     return Status::Unavailable(fmt::format("cannot map batch segment {}: {}; is the server alive?",
                                            info.segment_name, e.what()));
   }
-  m->base_ = static_cast<const uint8_t*>(m->region_->get_address());
+  m->base_ = static_cast<uint8_t*>(m->region_->get_address());
   slots::SegmentHeader h;
   std::memcpy(&h, m->base_, sizeof(h));
   if (h.magic != slots::kSegmentMagic || h.version != slots::kSegmentVersion ||

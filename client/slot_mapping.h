@@ -1,4 +1,4 @@
-// The client's read-only view of a job's batch slot segment (layout: batch_slot_layout.h).
+// The client's view of a job's batch slot segment (layout: batch_slot_layout.h).
 // Thread-safe after Open: it only reads shared memory. The mapping stays valid while this object
 // lives, even after the server unlinks the segment.
 #ifndef CARPOOL_CLIENT_SLOT_MAPPING_H_
@@ -51,7 +51,7 @@ class SlotMapping {
   const slots::SlotHeader& Header(uint32_t slot) const;
 
   std::unique_ptr<boost::interprocess::mapped_region> region_;
-  const uint8_t* base_ = nullptr;
+  uint8_t* base_ = nullptr;
   uint32_t slot_count_ = 0;
   uint64_t slot_bytes_ = 0;
   uint64_t sample_bytes_ = 0;

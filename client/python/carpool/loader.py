@@ -7,7 +7,6 @@ import os
 import pathlib
 import queue
 import threading
-import warnings
 import weakref
 
 import numpy as np
@@ -95,10 +94,10 @@ class _BatchMemory:
         if expected != self.nbytes:
             raise CarpoolError(f"batch images are {self.nbytes} bytes, but shape {self.shape} of "
                                f"{np.dtype(np_dtype).name} needs {expected}", 5)
-        # The mapping is read-only: the array says so, so a write raises instead of faulting.
+        # Writable: the slot is this job's alone (in-place ops are common in training code).
         self.__array_interface__ = {
             "shape": self.shape, "typestr": np.dtype(np_dtype).str,
-            "data": (self.address if expected else 0, True), "version": 3,
+            "data": (self.address if expected else 0, False), "version": 3,
         }
         if expected == 0:
             return np.empty(self.shape, dtype=np_dtype)
@@ -197,7 +196,7 @@ class Loader:
 
     images: a torch tensor when torch is importable, else a numpy array, of shape
     [B, C, H, W] (nchw) or [B, H, W, C] (nhwc) and the transform's dtype (docs/transforms.md).
-    It is a ZERO-COPY, READ-ONLY view of the batch's shared-memory slot, valid only until the next
+    It is a ZERO-COPY, WRITABLE view of the batch's shared-memory slot, valid only until the next
     step of the loader: the slot is handed back to the server then and filled with a later batch.
     Keep data beyond that with `images.clone()` (torch) or `images.copy()` (numpy); `images.to(...)`
     to another device or dtype copies too. labels: int64, one per image (a small copy).
@@ -377,9 +376,7 @@ class Loader:
         self._images_address = batch.address  # for tests: the view's memory is the slot's
         if self._as_numpy:
             return images, labels
-        with warnings.catch_warnings():  # torch warns that the (read-only) array is not writable
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.from_numpy(images), torch.from_numpy(labels)
+        return torch.from_numpy(images), torch.from_numpy(labels)
 
     def _device_tensors(self, batch, n):
         lib = self._lib

@@ -88,7 +88,7 @@ class LoaderShapesTest(unittest.TestCase):
             images, labels = next(iter(loader))
             self.assertIsInstance(images, np.ndarray)
             self.assertEqual(images.__array_interface__["data"][0], loader._images_address)
-            self.assertFalse(images.flags.writeable)  # the slot is mapped read-only
+            self.assertTrue(images.flags.writeable)  # the slot is this job's alone: writable
             self.assertEqual((images.dtype, labels.dtype), (np.uint8, np.int64))
             self.assertEqual(loader.ids.shape, (50,))
 
@@ -105,6 +105,25 @@ class LoaderDataTest(unittest.TestCase):
                 np.testing.assert_array_equal(as_np(images)[..., 0], ref_images[recs])
                 seen += len(recs)
         self.assertEqual(seen, len(ref_labels))
+
+    def test_batches_are_writable_and_the_next_write_reaches_the_job(self):
+        # One slot (prefetch=1): every batch lands where the job wrote into the previous one.
+        ref_images = read_idx(IMAGES)
+        record = FX.record_of()
+        seen = 0
+        with carpool.Loader("fm-small", batch_size=64, prefetch=1, socket=FX.socket) as loader:
+            for images, _ in loader:
+                recs = np.array([record[int(i)] for i in loader.ids])
+                np.testing.assert_array_equal(as_np(images)[..., 0], ref_images[recs])
+                if isinstance(images, np.ndarray):
+                    images -= 1  # in place, as training code does
+                    images[0] = 7
+                else:
+                    images.sub_(1)
+                    images[0] = 7
+                self.assertEqual(int(as_np(images)[0].max()), 7)
+                seen += len(recs)
+        self.assertEqual(seen, SUBSET)
 
     def test_exactly_once_per_epoch_and_a_new_order_each_epoch(self):
         lo, _ = FX.id_range("fm")
