@@ -7,16 +7,13 @@
 #include <cmath>
 #include <limits>
 
+#include "carpool/splitmix.h"
+
 namespace carpool::cache {
 
 namespace {
-// splitmix64's finalizer: the candidate sampler's hash.
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+// The candidate sampler's hash.
+uint64_t Mix(uint64_t x) { return SplitMix64(x); }
 }  // namespace
 
 Result<EvictionPolicy> ParseEvictionPolicy(std::string_view name) {

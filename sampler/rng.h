@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <random>
 
+#include "carpool/splitmix.h"  // SplitMix64 derives the seeds of separate streams
+
 namespace carpool {
 
 class Rng {
@@ -39,15 +41,6 @@ class Rng {
  private:
   std::mt19937_64 engine_;
 };
-
-// splitmix64: derives independent seeds for separate streams (e.g. a sim's participation coins)
-// from one user seed.
-inline uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 }  // namespace carpool
 

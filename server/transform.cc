@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "carpool/splitmix.h"
+
 namespace carpool {
 namespace {
 
@@ -70,13 +72,6 @@ Status ParseNormalize(std::string_view text, std::string_view step, std::string_
     }
   }
   return Status::OK();
-}
-
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 // A draw in [0, range): the high 64 bits of r * range. The bias is below range / 2^64.
@@ -256,16 +251,16 @@ Result<ImageShape> TransformedShape(const TransformSpec& spec, const PreparedSha
 
 uint64_t SampleSeed(uint64_t job_seed, uint32_t epoch, uint32_t sample_id) {
   uint64_t state = job_seed;
-  uint64_t mixed = SplitMix64(state) ^ ((static_cast<uint64_t>(epoch) << 32) | sample_id);
-  return SplitMix64(mixed);
+  uint64_t mixed = SplitMix64Next(state) ^ ((static_cast<uint64_t>(epoch) << 32) | sample_id);
+  return SplitMix64Next(mixed);
 }
 
 CropWindow DrawCropWindow(const TransformSpec& spec, const PreparedShape& in,
                           uint64_t sample_seed) {
   uint64_t state = sample_seed;
-  const uint64_t ry = SplitMix64(state);
-  const uint64_t rx = SplitMix64(state);
-  const uint64_t rflip = SplitMix64(state);
+  const uint64_t ry = SplitMix64Next(state);
+  const uint64_t rx = SplitMix64Next(state);
+  const uint64_t rflip = SplitMix64Next(state);
   CropWindow w{0, 0, in.height, in.width, spec.flip && (rflip >> 63) != 0};
   if (spec.crop == CropMode::kNone) return w;
   w.height = w.width = spec.crop_size;

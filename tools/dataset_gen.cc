@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "carpool/splitmix.h"
+
 #include "server/image_codec.h"
 #include "tools/dataset_cmd.h"
 
@@ -31,13 +33,6 @@ struct GenArgs {
   unsigned threads = 0;
   bool quiet = false;
 };
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 cv::Scalar RandomColor(cv::RNG& rng) {
   return cv::Scalar(rng.uniform(0, 256), rng.uniform(0, 256), rng.uniform(0, 256));
