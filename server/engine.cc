@@ -271,7 +271,10 @@ Result<int> Engine::ParseDevice(const std::string& device) const {
 void Engine::CoordinatorLoop() {
   std::unique_lock lock(mu_);
   while (!stop_) {
+    const auto begin = std::chrono::steady_clock::now();
     Step();
+    coordinator_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     wake_.wait_for(lock, options_.tick, [this] { return woken_ || stop_; });
     woken_ = false;
   }
@@ -315,8 +318,12 @@ void Engine::FeedPreparation() {
     horizon = std::max<uint64_t>(1, options_.cache_bytes / mean_bytes);
   }
   std::vector<SampleId> next;
+  // Ready samples stay ready while queued, except the rare ones that fall back to queued (a
+  // failed commit, a lookup miss of a sample another job decided again); those are prepared
+  // when their batch reaches the front (TryBuildBatch), so the walk may skip known-ready prefixes.
   scheduler_->NextToPrepare(
-      cap - prep_outstanding_, [this](SampleId s) { return Ready(s); }, &next, horizon);
+      cap - prep_outstanding_, [this](SampleId s) { return Ready(s); }, &next, horizon,
+      /*ready_persists=*/true);
   for (SampleId s : next) StartPreparation(s);
 }
 

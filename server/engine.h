@@ -161,6 +161,7 @@ class Engine : public JobService {
   uint64_t skipped_ = 0;
   uint64_t pins_ = 0;  // pins held by batches being assembled
   uint64_t jobs_created_ = 0, jobs_removed_ = 0;
+  double coordinator_seconds_ = 0;  // in Step, holding mu_: the engine's serial part
 
   std::unique_ptr<WorkerPool> workers_;
   std::thread coordinator_;

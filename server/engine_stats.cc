@@ -87,7 +87,7 @@ std::string Engine::ServerJson() const {
       "\"preparations\":{},\"cached_preparations\":{},\"transient_preparations\":{},"
       "\"deliveries\":{},\"batches\":{},\"sharing_ratio\":{:.4f},\"skipped\":{},\"bad_samples\":{},"
       "\"pins\":{},\"refcount_total\":{},\"in_flight\":{},\"rounds\":{},\"tree\":[{}],"
-      "\"cpu_seconds\":{:.3f},\"gpus\":[{}]}}",
+      "\"cpu_seconds\":{:.3f},\"coordinator_seconds\":{:.3f},\"gpus\":[{}]}}",
       JsonString(options_.instance), Now(), workers_->size(), options_.lookahead,
       JsonString(cache::EvictionPolicyName(options_.policy)), jobs, jobs_created_, jobs_removed_,
       c.index.capacity_bytes, c.index.bytes_used, c.index.bytes_pinned, c.payload_bytes,
@@ -95,7 +95,7 @@ std::string Engine::ServerJson() const {
       c.index.evictions, preparations, preparations_, transient_preparations_, deliveries_,
       batches_, sharing, skipped_, states_.Count(SampleState::kBad), pins_, refs_.total,
       states_.Count(SampleState::kPreparing),
-      scheduler_->rounds(), tree, cpu_seconds, gpus);
+      scheduler_->rounds(), tree, cpu_seconds, coordinator_seconds_, gpus);
 }
 
 std::string Engine::Stats(uint64_t job_id) {

@@ -123,8 +123,13 @@ class Scheduler : public cache::NextUseOracle {
   // Earliest deadline first: appends to `out` up to `k` distinct queued samples for which
   // `ready(sample)` is false (not cached, not in flight), by deadline = position in a job's queue
   // / that job's rate (the earliest over jobs). Looks at most at `horizon` queue entries in all.
+  // ready_persists: the caller promises that a queued sample once ready stays ready; each job's
+  // walk then starts after the prefix of its queue found ready before. Cost: O(entries looked
+  // at x log jobs), which without the promise includes every ready entry ahead of the first
+  // unready one.
   void NextToPrepare(size_t k, const std::function<bool(SampleId)>& ready,
-                     std::vector<SampleId>* out, size_t horizon = SIZE_MAX) const;
+                     std::vector<SampleId>* out, size_t horizon = SIZE_MAX,
+                     bool ready_persists = false) const;
 
   // cache::NextUseOracle: clock units from now until the first job delivers `sample`, judged by
   // the rates: min over jobs of (queue position) / rate for a queued sample, else the expected

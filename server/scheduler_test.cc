@@ -417,6 +417,37 @@ TEST(SchedulerTest, PreparationOrderIsEarliestDeadlineFirst) {
   EXPECT_EQ(first3, std::vector<SampleId>(order.begin(), order.begin() + 3));
 }
 
+// With ready_persists the walk starts after the prefix found ready before: the same samples in
+// the same order as a full walk, for a fraction of the predicate calls.
+TEST(SchedulerTest, PreparationWalkSkipsTheKnownReadyPrefix) {
+  Scheduler s(Opts(2048), nullptr);
+  ASSERT_TRUE(s.AddJob(1, Range(0, 4000), 1, 2048, 0).ok());
+  s.Tick(0);
+  const std::deque<Decision>& queue = *s.Queue(1);
+  ASSERT_EQ(queue.size(), 2048u);
+  std::set<SampleId> ready;
+  for (size_t i = 0; i < 1800; ++i) ready.insert(queue[i].sample);  // prepared ahead
+  size_t calls = 0;
+  auto is_ready = [&](SampleId x) {
+    ++calls;
+    return ready.count(x) != 0;
+  };
+  for (int round = 0; round < 4; ++round) {
+    std::vector<SampleId> full, hinted;
+    s.NextToPrepare(8, [&](SampleId x) { return ready.count(x) != 0; }, &full);
+    calls = 0;
+    s.NextToPrepare(8, is_ready, &hinted, SIZE_MAX, /*ready_persists=*/true);
+    EXPECT_EQ(hinted, full) << "round " << round;
+    if (round == 0) {
+      EXPECT_GE(calls, 1800u);  // the first walk finds the prefix
+    } else {
+      EXPECT_LE(calls, 16u) << "round " << round << " walked the ready prefix again";
+    }
+    for (SampleId x : hinted) ready.insert(x);  // now in flight: ready
+    ASSERT_TRUE(s.Consume(1, 100, round + 1).ok());  // the front moves on
+  }
+}
+
 TEST(SchedulerTest, RemovalRestoresTheCountsOfTheOtherJobs) {
   CountingSink sink;
   Scheduler s(Opts(16), &sink);
