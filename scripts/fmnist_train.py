@@ -63,7 +63,7 @@ def train_epoch(model, optimizer, batches):
         loss = loss_fn(model(images), labels)  # reads the zero-copy batch; nothing kept after
         loss.backward()
         optimizer.step()
-        total += float(loss) * len(labels)
+        total += float(loss.detach()) * len(labels)
         n += len(labels)
     return total / max(n, 1), n
 
