@@ -14,6 +14,8 @@ PACKAGES=(
   libturbojpeg0-dev libpng-dev
   # tests and benchmarks
   googletest libgtest-dev libgmock-dev libbenchmark-dev
+  # the /metrics end-to-end test scrapes with curl and parses with the Prometheus client
+  curl python3-prometheus-client
   # python side and the embedded default dataset
   python3 python3-numpy python3-torch python3-torchvision dataset-fashion-mnist
 )

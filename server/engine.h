@@ -28,6 +28,7 @@
 #include "datasets/sample_reader.h"
 #include "server/batch_pool.h"
 #include "server/engine_samples.h"
+#include "server/engine_snapshot.h"
 #include "server/gpu_service.h"
 #include "server/job_service.h"
 #include "server/sample_states.h"
@@ -71,6 +72,8 @@ class Engine : public JobService {
   Status Release(uint64_t job_id, uint32_t slot, uint64_t generation) override;
   void RemoveJob(uint64_t job_id) override;
   std::string Stats(uint64_t job_id) override;
+  // The numbers `Stats(0)` prints, copied under the engine's lock (for /metrics). ~µs per job.
+  EngineSnapshot Snapshot() const;
 
   const std::string& cache_segment() const { return cache_->segment_name(); }
   const EngineOptions& options() const { return options_; }
@@ -124,8 +127,8 @@ class Engine : public JobService {
   // Prepares one sample outside the cache (no cache, or no room): counts a preparation.
   Result<PreparedImage> PrepareTransient(const SampleSource& source);
 
-  std::string JobJson(const Job& job) const;  // REQUIRES: mu_ (engine_stats.cc)
-  std::string ServerJson() const;             // REQUIRES: mu_
+  JobSnapshot SnapshotJob(const Job& job) const;  // REQUIRES: mu_ (engine_stats.cc)
+  EngineSnapshot SnapshotLocked() const;      // REQUIRES: mu_
   GpuService* ServedGpu(int device) const;     // null when not served
   // "cpu" -> -1, "cuda" / "cuda:N" -> N; the error names the devices served.
   Result<int> ParseDevice(const std::string& device) const;

@@ -149,6 +149,13 @@ CliResult E2eEnv::Run(const std::vector<std::string>& args, const std::string& n
   return Wait(Spawn(args, name), name);
 }
 
+void E2eEnv::GenImages(const fs::path& dir, int count, const std::string& size, int classes) {
+  CliResult gen = Run({"dataset", "gen", dir.string(), "--count", std::to_string(count), "--size",
+                       size, "--classes", std::to_string(classes), "--threads", "1", "-q"},
+                      "gen");
+  ASSERT_EQ(gen.code, 0) << gen.err;
+}
+
 void E2eEnv::Dataset(std::vector<std::string> args) {
   args.insert(args.begin(), "dataset");
   args.push_back("--state-dir");

@@ -66,6 +66,8 @@ class E2eEnv {
   bool WaitFor(pid_t pid, const std::string& name, std::chrono::milliseconds timeout,
                CliResult* result);
 
+  // `carpool dataset gen DIR` of `count` JPEGs of `size` ("WxH"); fails the test on error.
+  void GenImages(const fs::path& dir, int count, const std::string& size, int classes = 2);
   // `carpool dataset ARGS --state-dir state()`; fails the test on a non-zero exit.
   void Dataset(std::vector<std::string> args);
   // `carpool consume ARGS --state-dir state()` in the background.

@@ -11,6 +11,7 @@
 #include <cctype>
 #include <csignal>
 #include <cstdint>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -21,6 +22,8 @@
 #include "server/control_plane.h"
 #include "server/engine.h"
 #include "server/instance_name.h"
+#include "server/metrics_http.h"
+#include "server/metrics_text.h"
 #include "tools/command.h"
 #include "tools/options.h"
 #include "tools/socket_path.h"
@@ -133,7 +136,7 @@ void InstallCrashReport() {
 
 int Serve(int argc, char** argv) {
   std::string state_dir, socket, cache_size = "1GiB", policy = "refcnt", lease = "2s";
-  std::string gpus = "all", gpu_cache_size = "2GiB";
+  std::string gpus = "all", gpu_cache_size = "2GiB", metrics;
   uint32_t workers = 0;
   uint64_t lookahead = kDefaultLookahead, seed = 1;
   po::options_description opts;
@@ -151,7 +154,9 @@ int Serve(int argc, char** argv) {
       "CUDA devices to build GPU jobs' batches on: all | none | 0,2,... (default all: every GPU "
       "found, none without one)")(
       "gpu-cache-size", po::value(&gpu_cache_size),
-      "device-resident sample area per GPU, e.g. 4GiB; 0 = upload every use (default 2GiB)");
+      "device-resident sample area per GPU, e.g. 4GiB; 0 = upload every use (default 2GiB)")(
+      "metrics", po::value(&metrics),
+      "serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 (default off)");
   po::variables_map vm;
   if (auto rc = ParseCommandLine(argc, argv, "carpool server", kUsage, opts, &vm)) return *rc;
   InstallCrashReport();
@@ -178,6 +183,12 @@ int Serve(int argc, char** argv) {
   Result<uint64_t> gpu_bytes = ParseBytes("--gpu-cache-size", gpu_cache_size);
   if (!gpu_bytes.ok()) return Fail(gpu_bytes.status());
   eo.gpu_cache_bytes = *gpu_bytes;
+  std::optional<MetricsAddress> metrics_address;
+  if (!metrics.empty()) {
+    Result<MetricsAddress> a = ParseMetricsAddress(metrics);
+    if (!a.ok()) return Fail(a.status());
+    metrics_address = *a;
+  }
 
   Result<std::filesystem::path> dir = ResolveStateDir(state_dir);
   if (!dir.ok()) return Fail(dir.status());
@@ -208,6 +219,15 @@ int Serve(int argc, char** argv) {
                 removed);
     }
   };
+  std::unique_ptr<MetricsListener> metrics_listener;
+  if (metrics_address) {
+    Result<std::unique_ptr<MetricsListener>> l = MetricsListener::Start(
+        *metrics_address, [e = engine->get()] { return RenderPrometheus(e->Snapshot()); });
+    if (!l.ok()) return Fail(l.status());
+    metrics_listener = std::move(*l);
+    log::Info("server {}: metrics at http://{}:{}/metrics", eo.instance, metrics_address->host,
+              metrics_listener->port());
+  }
   Result<std::unique_ptr<ControlPlane>> plane = ControlPlane::Start(co, engine->get());
   if (!plane.ok()) return Fail(plane.status());
   log::Info(
@@ -222,6 +242,7 @@ int Serve(int argc, char** argv) {
   int signal = 0;
   sigwait(&stop_signals, &signal);
   log::Info("server {}: {} received, shutting down", eo.instance, strsignal(signal));
+  if (metrics_listener) metrics_listener->Stop();  // before the engine it reads
   (*plane)->Stop();
   (*engine)->Stop();
   plane->reset();

@@ -1,0 +1,54 @@
+// A copy of the engine's statistics taken under its lock (Engine::Snapshot). `carpool status`
+// (engine_stats.cc) and `/metrics` (metrics_text.h) both print one, so they agree by construction.
+// docs/server.md describes the fields. A plain value: thread-compatible.
+#ifndef CARPOOL_SERVER_ENGINE_SNAPSHOT_H_
+#define CARPOOL_SERVER_ENGINE_SNAPSHOT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cache/sample_cache.h"
+#include "sampler/sampling_tree.h"
+#include "server/gpu_service.h"
+
+namespace carpool {
+
+struct JobSnapshot {
+  uint64_t id = 0;
+  std::string dataset;
+  uint32_t batch_size = 0, epochs = 0, epoch = 0;
+  double progress = 0;    // queue entries done with / (epochs x dataset size)
+  double rate = 0;        // samples per second, the scheduler's estimate
+  uint64_t remaining = 0;  // of the epoch being decided
+  uint64_t queue_depth = 0;  // decided, not yet delivered
+  uint64_t deliveries = 0, batches = 0, skipped = 0, dropped = 0;
+  uint32_t prefetch = 0, unreleased = 0;
+  bool assembling = false, done = false;
+  std::string device;  // "cpu" or "cuda:N"
+};
+
+struct EngineSnapshot {
+  std::string instance;
+  double uptime_s = 0;
+  size_t workers = 0;
+  uint64_t lookahead = 0;
+  std::string policy;
+  std::vector<JobSnapshot> jobs;
+  uint64_t jobs_created = 0, jobs_removed = 0;
+  cache::CacheStats cache;
+  uint64_t cached_preparations = 0, transient_preparations = 0;
+  uint64_t deliveries = 0, batches = 0, skipped = 0, bad_samples = 0, pins = 0;
+  int64_t refcount_total = 0;
+  uint64_t in_flight = 0;  // samples being prepared
+  uint64_t rounds = 0;
+  std::vector<SamplingTree::NodeStats> tree;
+  double cpu_seconds = 0, coordinator_seconds = 0;
+  std::vector<GpuCounters> gpus;  // one per GPU served
+
+  uint64_t preparations() const { return cached_preparations + transient_preparations; }
+};
+
+}  // namespace carpool
+
+#endif  // CARPOOL_SERVER_ENGINE_SNAPSHOT_H_

@@ -1,0 +1,135 @@
+// RenderPrometheus: one Family per metric name, its samples written in the order given.
+#include "server/metrics_text.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace carpool {
+namespace {
+
+// The format's escapes: backslash and newline always; the double quote only in label values.
+std::string Escape(std::string_view text, bool quote) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\' || (quote && c == '"')) {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// Go's ParseFloat spellings for the special values; integers print without an exponent.
+std::string FormatValue(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  return fmt::format("{}", v);
+}
+
+using Labels = std::vector<std::pair<std::string_view, std::string>>;
+
+// Appends one metric family to `out`: HELP, TYPE, then a sample line per Add.
+class Family {
+ public:
+  Family(std::string* out, std::string_view name, std::string_view type, std::string_view help)
+      : out_(out), name_(name) {
+    *out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, Escape(help, /*quote=*/false), name, type);
+  }
+  Family& Add(uint64_t value, const Labels& labels = {}) {
+    return AddText(fmt::format("{}", value), labels);
+  }
+  Family& Add(int64_t value, const Labels& labels = {}) {
+    return AddText(fmt::format("{}", value), labels);
+  }
+  Family& Add(double value, const Labels& labels = {}) {
+    return AddText(FormatValue(value), labels);
+  }
+
+ private:
+  Family& AddText(const std::string& value, const Labels& labels) {
+    *out_ += name_;
+    if (!labels.empty()) {
+      *out_ += '{';
+      for (size_t i = 0; i < labels.size(); ++i) {
+        *out_ += fmt::format("{}{}=\"{}\"", i == 0 ? "" : ",", labels[i].first,
+                             EscapeLabelValue(labels[i].second));
+      }
+      *out_ += '}';
+    }
+    *out_ += ' ' + value + '\n';
+    return *this;
+  }
+
+  std::string* out_;
+  std::string_view name_;
+};
+
+}  // namespace
+
+std::string EscapeLabelValue(std::string_view value) { return Escape(value, /*quote=*/true); }
+
+std::string RenderPrometheus(const EngineSnapshot& s) {
+  std::string out;
+  const cache::IndexStats& c = s.cache.index;
+  Family(&out, "carpool_preparations_total", "counter",
+         "Samples prepared (decoded and pre-transformed): into the cache, or transient (no room)")
+      .Add(s.cached_preparations, {{"kind", "cached"}})
+      .Add(s.transient_preparations, {{"kind", "transient"}});
+  Family(&out, "carpool_deliveries_total", "counter", "Samples delivered to jobs in batches")
+      .Add(s.deliveries);
+  Family(&out, "carpool_cache_hits_total", "counter", "Cache lookups that found the sample")
+      .Add(c.hits);
+  Family(&out, "carpool_cache_misses_total", "counter", "Cache lookups that did not")
+      .Add(c.misses);
+  Family(&out, "carpool_cache_evictions_total", "counter", "Samples evicted from the cache")
+      .Add(c.evictions);
+  Family(&out, "carpool_cache_insertions_total", "counter", "Samples inserted into the cache")
+      .Add(c.insertions);
+  Family(&out, "carpool_skipped_total", "counter",
+         "Samples left out of batches: unreadable, or a shape the job's transform cannot take")
+      .Add(s.skipped);
+  Family(&out, "carpool_bad_samples", "counter", "Samples found unreadable").Add(s.bad_samples);
+  Family(&out, "carpool_jobs", "gauge", "Jobs connected now")
+      .Add(static_cast<uint64_t>(s.jobs.size()));
+  Family rate(&out, "carpool_job_rate", "gauge", "A job's consumption rate in samples per second");
+  for (const JobSnapshot& j : s.jobs) rate.Add(j.rate, {{"job", fmt::format("{}", j.id)},
+                                                        {"dataset", j.dataset}});
+  Family depth(&out, "carpool_job_queue_depth", "gauge",
+               "A job's samples decided and not yet delivered");
+  for (const JobSnapshot& j : s.jobs) depth.Add(j.queue_depth, {{"job", fmt::format("{}", j.id)},
+                                                                {"dataset", j.dataset}});
+  Family(&out, "carpool_cache_bytes_used", "gauge", "Cache bytes held by samples")
+      .Add(c.bytes_used);
+  Family(&out, "carpool_cache_bytes_pinned", "gauge", "Cache bytes pinned by batches being built")
+      .Add(c.bytes_pinned);
+  Family(&out, "carpool_refcount_total", "gauge",
+         "Sum of the scheduler's reference counts: decided uses not yet delivered")
+      .Add(s.refcount_total);
+  if (s.gpus.empty()) return out;
+  // One family at a time, each with a sample per device.
+  const auto per_gpu = [&](std::string_view name, std::string_view type, std::string_view help,
+                           uint64_t GpuCounters::*field) {
+    Family f(&out, name, type, help);
+    for (const GpuCounters& g : s.gpus) f.Add(g.*field, {{"device", fmt::format("{}", g.device)}});
+  };
+  per_gpu("carpool_gpu_uploads_total", "counter", "Samples copied host to device",
+          &GpuCounters::uploads);
+  per_gpu("carpool_gpu_upload_bytes_total", "counter", "Bytes copied host to device",
+          &GpuCounters::upload_bytes);
+  per_gpu("carpool_gpu_resident_hits_total", "counter",
+          "Batch images whose sample was already on the device", &GpuCounters::resident_hits);
+  per_gpu("carpool_gpu_pool_bytes", "gauge", "Device bytes held by jobs' batch slots",
+          &GpuCounters::pool_bytes);
+  return out;
+}
+
+}  // namespace carpool
