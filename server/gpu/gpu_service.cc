@@ -195,8 +195,9 @@ Result<std::unique_ptr<CudaGpuService>> CudaGpuService::Create(int device,
     }
     svc->area_memory_ = std::move(*area);
   }
-  log::Info("GPU {} ({}, {}): serving; cache segment {} registered, resident area {} bytes",
-            device, svc->name_, svc->pci_, options.host_region.empty() ? "not" : "",
+  log::Info("GPU {} ({}, {}): serving; cache segment {}, resident area {} bytes", device,
+            svc->name_, svc->pci_,
+            options.host_region.empty() ? "absent (--cache-size 0)" : "registered for DMA",
             svc->area_.capacity());
   return svc;
 }
