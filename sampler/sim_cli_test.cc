@@ -1,10 +1,10 @@
 // Runs the real `carpool sim` binary ($CARPOOL_BIN_DIR/carpool) and checks its JSON summary.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <regex>
 #include <string>
 
 namespace carpool {
@@ -29,24 +29,26 @@ Output RunCarpool(const std::string& args) {
   return out;
 }
 
-double Field(const std::string& json, const std::string& key) {
-  std::smatch m;
-  const std::regex re("\"" + key + "\":([-0-9.eE+]+)");
-  if (!std::regex_search(json, m, re)) {
-    ADD_FAILURE() << "no \"" << key << "\" in " << json;
+// The number at `pointer` ("/rounds", "/pair/mean_bound") in the JSON summary; NaN and a
+// failure when the text is not JSON or has no number there.
+double Field(const std::string& json, const std::string& pointer) {
+  const nlohmann::json doc = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json::json_pointer at(pointer);
+  if (doc.is_discarded() || !doc.contains(at) || !doc.at(at).is_number()) {
+    ADD_FAILURE() << "no number at " << pointer << " in " << json;
     return std::nan("");
   }
-  return std::stod(m[1]);
+  return doc.at(at).get<double>();
 }
 
 TEST(SimCliTest, IdenticalJobsHaveSharingRatioTwo) {
   Output o = RunCarpool("sim --job a=0:1000 --job b=0:1000 --json");
   ASSERT_EQ(o.exit_code, 0) << o.text;
-  EXPECT_EQ(Field(o.text, "sharing_ratio"), 2.0);
-  EXPECT_EQ(Field(o.text, "assignments"), 2000);
-  EXPECT_EQ(Field(o.text, "distinct_round_samples"), 1000);
-  EXPECT_EQ(Field(o.text, "shared_fraction"), 1.0);
-  EXPECT_EQ(Field(o.text, "mean_bound"), 1.0);
+  EXPECT_EQ(Field(o.text, "/sharing_ratio"), 2.0);
+  EXPECT_EQ(Field(o.text, "/assignments"), 2000);
+  EXPECT_EQ(Field(o.text, "/distinct_round_samples"), 1000);
+  EXPECT_EQ(Field(o.text, "/pair/shared_fraction"), 1.0);
+  EXPECT_EQ(Field(o.text, "/pair/mean_bound"), 1.0);
 }
 
 // The shared fraction must agree with the mean bound within z = 3.29 of its own standard deviation
@@ -56,14 +58,14 @@ TEST(SimCliTest, HalfOverlapSharesAtTheMeanBound) {
     Output o =
         RunCarpool("sim --job a=0:1000 --job b=500:1500 --json --seed " + std::to_string(seed));
     ASSERT_EQ(o.exit_code, 0) << o.text;
-    const double fraction = Field(o.text, "shared_fraction");
-    const double bound = Field(o.text, "mean_bound");
-    const double sd = Field(o.text, "bound_sd");
+    const double fraction = Field(o.text, "/pair/shared_fraction");
+    const double bound = Field(o.text, "/pair/mean_bound");
+    const double sd = Field(o.text, "/pair/bound_sd");
     EXPECT_GT(bound, 0.4);
     EXPECT_LT(bound, 0.6);
     EXPECT_GT(sd, 0);
     EXPECT_LE(std::fabs(fraction - bound), 3.29 * sd) << o.text;
-    EXPECT_NEAR(Field(o.text, "sharing_ratio"), 2000.0 / (2000 - 1000 * fraction), 1e-9);
+    EXPECT_NEAR(Field(o.text, "/sharing_ratio"), 2000.0 / (2000 - 1000 * fraction), 1e-9);
   }
 }
 
@@ -79,10 +81,10 @@ TEST(SimCliTest, BadSpecIsOneClearLine) {
 TEST(SimCliTest, NoCacheIsTheNoSharingBaseline) {
   Output o = RunCarpool("sim --job a=0:1000 --job b=0:1000x0.5 --epochs 2 --cache 0 --json");
   ASSERT_EQ(o.exit_code, 0) << o.text;
-  EXPECT_EQ(Field(o.text, "deliveries"), 4000);
-  EXPECT_EQ(Field(o.text, "preparations"), 4000);
-  EXPECT_EQ(Field(o.text, "belady_preparations"), 4000);
-  EXPECT_EQ(Field(o.text, "hits"), 0);
+  EXPECT_EQ(Field(o.text, "/deliveries"), 4000);
+  EXPECT_EQ(Field(o.text, "/preparations"), 4000);
+  EXPECT_EQ(Field(o.text, "/belady_preparations"), 4000);
+  EXPECT_EQ(Field(o.text, "/hits"), 0);
 }
 
 TEST(SimCliTest, CacheModeCountsPreparationsAgainstBelady) {
@@ -92,11 +94,11 @@ TEST(SimCliTest, CacheModeCountsPreparationsAgainstBelady) {
                                "--lookahead 64 --json --policy ") +
                    policy);
     ASSERT_EQ(o.exit_code, 0) << o.text;
-    const double deliveries = Field(o.text, "deliveries");
-    const double preparations = Field(o.text, "preparations");
+    const double deliveries = Field(o.text, "/deliveries");
+    const double preparations = Field(o.text, "/preparations");
     EXPECT_EQ(deliveries, 8000) << "two jobs, two epochs of 2000 ids";
-    EXPECT_EQ(Field(o.text, "hits") + preparations, deliveries);
-    EXPECT_LE(Field(o.text, "belady_preparations"), preparations) << policy;
+    EXPECT_EQ(Field(o.text, "/hits") + preparations, deliveries);
+    EXPECT_LE(Field(o.text, "/belady_preparations"), preparations) << policy;
     EXPECT_GE(preparations, 2000) << "each id is prepared at least once";
     EXPECT_LT(preparations, deliveries) << "a 10% cache shares something";
     EXPECT_NE(o.text.find(std::string("\"policy\":\"") + policy + "\""), std::string::npos);
@@ -109,7 +111,7 @@ TEST(SimCliTest, SpeedAboveOneNeedsCacheMode) {
   EXPECT_NE(plain.text.find("SPEED \"2\""), std::string::npos) << plain.text;
   Output cached = RunCarpool("sim --job a=0:100x2 --cache 10 --json");
   ASSERT_EQ(cached.exit_code, 0) << cached.text;
-  EXPECT_EQ(Field(cached.text, "ticks"), 50) << "two deliveries per tick";
+  EXPECT_EQ(Field(cached.text, "/ticks"), 50) << "two deliveries per tick";
   Output bad = RunCarpool("sim --job a=0:100 --cache 10 --policy fifo");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.text.find("\"fifo\""), std::string::npos) << bad.text;

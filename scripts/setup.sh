@@ -8,6 +8,7 @@ PACKAGES=(
   cmake ninja-build g++ pkg-config
   # libraries
   libroaring-dev libboost-dev libboost-program-options-dev libfmt-dev libsqlite3-dev zlib1g-dev
+  nlohmann-json3-dev
   # the narrow OpenCV set (the full libopencv-dev is ~800 MB)
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
   # decoders of the portable bundle (scripts/bundle.sh): TurboJPEG and libpng

@@ -1,5 +1,6 @@
 // The engine's statistics as JSON (`carpool status`, Job::Stats). docs/server.md lists the fields.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <string>
 
@@ -11,25 +12,6 @@
 #include "server/gpu_service.h"
 
 namespace carpool {
-namespace {
-
-// Dataset names are validated by the catalog ([A-Za-z0-9._-]), but escape anyway.
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<int>(c));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-}  // namespace
 
 JobSnapshot Engine::SnapshotJob(const Job& job) const {
   JobSnapshot j;
@@ -95,66 +77,105 @@ EngineSnapshot Engine::Snapshot() const {
 
 namespace {
 
-std::string JobJson(const JobSnapshot& j) {
-  return fmt::format(
-      "{{\"id\":{},\"dataset\":{},\"batch_size\":{},\"epochs\":{},\"epoch\":{},\"progress\":{:.4f},"
-      "\"rate\":{:.2f},\"remaining\":{},\"queue_depth\":{},\"deliveries\":{},\"batches\":{},"
-      "\"skipped\":{},\"dropped\":{},\"prefetch\":{},\"unreleased\":{},\"assembling\":{},"
-      "\"done\":{},\"device\":{}}}",
-      j.id, JsonString(j.dataset), j.batch_size, j.epochs, j.epoch, j.progress, j.rate,
-      j.remaining, j.queue_depth, j.deliveries, j.batches, j.skipped, j.dropped, j.prefetch,
-      j.unreleased, j.assembling, j.done, JsonString(j.device));
+// ordered_json keeps the fields in the order docs/server.md lists them.
+using Json = nlohmann::ordered_json;
+
+// Replaces bad UTF-8 (say, in a GPU name) instead of throwing inside the server.
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+Json JobJson(const JobSnapshot& j) {
+  return {{"id", j.id},
+          {"dataset", j.dataset},
+          {"batch_size", j.batch_size},
+          {"epochs", j.epochs},
+          {"epoch", j.epoch},
+          {"progress", j.progress},
+          {"rate", j.rate},
+          {"remaining", j.remaining},
+          {"queue_depth", j.queue_depth},
+          {"deliveries", j.deliveries},
+          {"batches", j.batches},
+          {"skipped", j.skipped},
+          {"dropped", j.dropped},
+          {"prefetch", j.prefetch},
+          {"unreleased", j.unreleased},
+          {"assembling", j.assembling},
+          {"done", j.done},
+          {"device", j.device}};
 }
 
-std::string ServerJson(const EngineSnapshot& s) {
-  std::string jobs;
-  for (const JobSnapshot& j : s.jobs) jobs += (jobs.empty() ? "" : ",") + JobJson(j);
-  std::string tree;
+Json ServerJson(const EngineSnapshot& s) {
+  Json jobs = Json::array();
+  for (const JobSnapshot& j : s.jobs) jobs.push_back(JobJson(j));
+  Json tree = Json::array();
   for (const SamplingTree::NodeStats& n : s.tree) {
-    tree += fmt::format("{}{{\"job\":{},\"remaining\":{},\"spine\":{},\"leaf\":{}}}",
-                        tree.empty() ? "" : ",", n.job, n.remaining, n.spine, n.leaf);
+    tree.push_back(
+        {{"job", n.job}, {"remaining", n.remaining}, {"spine", n.spine}, {"leaf", n.leaf}});
   }
-  std::string gpus;
+  Json gpus = Json::array();
   for (const GpuCounters& g : s.gpus) {
-    gpus += fmt::format(
-        "{}{{\"device\":{},\"name\":{},\"batches\":{},\"images\":{},\"uploads\":{},"
-        "\"upload_bytes\":{},\"resident_hits\":{},\"resident_evictions\":{},"
-        "\"resident_bytes\":{},\"resident_capacity\":{},\"pool_bytes\":{},\"pool_slots\":{},"
-        "\"assemble_seconds\":{:.6f}}}",
-        gpus.empty() ? "" : ",", g.device, JsonString(g.name), g.batches, g.images, g.uploads,
-        g.upload_bytes, g.resident_hits, g.resident_evictions, g.resident_bytes,
-        g.resident_capacity, g.pool_bytes, g.pool_slots, g.assemble_seconds);
+    gpus.push_back({{"device", g.device},
+                    {"name", g.name},
+                    {"batches", g.batches},
+                    {"images", g.images},
+                    {"uploads", g.uploads},
+                    {"upload_bytes", g.upload_bytes},
+                    {"resident_hits", g.resident_hits},
+                    {"resident_evictions", g.resident_evictions},
+                    {"resident_bytes", g.resident_bytes},
+                    {"resident_capacity", g.resident_capacity},
+                    {"pool_bytes", g.pool_bytes},
+                    {"pool_slots", g.pool_slots},
+                    {"assemble_seconds", g.assemble_seconds}});
   }
   const cache::CacheStats& c = s.cache;
   const uint64_t preparations = s.preparations();
-  const double sharing =
-      preparations == 0 ? 0.0 : static_cast<double>(s.deliveries) / preparations;
-  return fmt::format(
-      "{{\"instance\":{},\"uptime_s\":{:.3f},\"workers\":{},\"lookahead\":{},\"policy\":{},"
-      "\"jobs\":[{}],\"jobs_created\":{},\"jobs_removed\":{},"
-      "\"cache\":{{\"capacity_bytes\":{},\"bytes_used\":{},\"bytes_pinned\":{},\"payload_bytes\":{},"
-      "\"entries\":{},\"pending\":{},\"hits\":{},\"misses\":{},\"insertions\":{},\"evictions\":{}}},"
-      "\"preparations\":{},\"cached_preparations\":{},\"transient_preparations\":{},"
-      "\"deliveries\":{},\"batches\":{},\"sharing_ratio\":{:.4f},\"skipped\":{},\"bad_samples\":{},"
-      "\"pins\":{},\"refcount_total\":{},\"in_flight\":{},\"rounds\":{},\"tree\":[{}],"
-      "\"cpu_seconds\":{:.3f},\"coordinator_seconds\":{:.3f},\"gpus\":[{}]}}",
-      JsonString(s.instance), s.uptime_s, s.workers, s.lookahead, JsonString(s.policy), jobs,
-      s.jobs_created, s.jobs_removed, c.index.capacity_bytes, c.index.bytes_used,
-      c.index.bytes_pinned, c.payload_bytes, c.index.entries, c.pending, c.index.hits,
-      c.index.misses, c.index.insertions, c.index.evictions, preparations,
-      s.cached_preparations, s.transient_preparations, s.deliveries, s.batches, sharing,
-      s.skipped, s.bad_samples, s.pins, s.refcount_total, s.in_flight, s.rounds, tree,
-      s.cpu_seconds, s.coordinator_seconds, gpus);
+  const double sharing = preparations == 0 ? 0.0 : static_cast<double>(s.deliveries) / preparations;
+  return {{"instance", s.instance},
+          {"uptime_s", s.uptime_s},
+          {"workers", s.workers},
+          {"lookahead", s.lookahead},
+          {"policy", s.policy},
+          {"jobs", std::move(jobs)},
+          {"jobs_created", s.jobs_created},
+          {"jobs_removed", s.jobs_removed},
+          {"cache",
+           {{"capacity_bytes", c.index.capacity_bytes},
+            {"bytes_used", c.index.bytes_used},
+            {"bytes_pinned", c.index.bytes_pinned},
+            {"payload_bytes", c.payload_bytes},
+            {"entries", c.index.entries},
+            {"pending", c.pending},
+            {"hits", c.index.hits},
+            {"misses", c.index.misses},
+            {"insertions", c.index.insertions},
+            {"evictions", c.index.evictions}}},
+          {"preparations", preparations},
+          {"cached_preparations", s.cached_preparations},
+          {"transient_preparations", s.transient_preparations},
+          {"deliveries", s.deliveries},
+          {"batches", s.batches},
+          {"sharing_ratio", sharing},
+          {"skipped", s.skipped},
+          {"bad_samples", s.bad_samples},
+          {"pins", s.pins},
+          {"refcount_total", s.refcount_total},
+          {"in_flight", s.in_flight},
+          {"rounds", s.rounds},
+          {"tree", std::move(tree)},
+          {"cpu_seconds", s.cpu_seconds},
+          {"coordinator_seconds", s.coordinator_seconds},
+          {"gpus", std::move(gpus)}};
 }
 
 }  // namespace
 
 std::string Engine::Stats(uint64_t job_id) {
   std::lock_guard lock(mu_);
-  if (job_id == 0) return ServerJson(SnapshotLocked());
+  if (job_id == 0) return Dump(ServerJson(SnapshotLocked()));
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return fmt::format("{{\"id\":{},\"gone\":true}}", job_id);
-  return JobJson(SnapshotJob(*it->second));
+  if (it == jobs_.end()) return Dump(Json{{"id", job_id}, {"gone", true}});
+  return Dump(JobJson(SnapshotJob(*it->second)));
 }
 
 }  // namespace carpool

@@ -11,6 +11,7 @@
 
 #include <csignal>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "carpool/carpool.h"
@@ -24,15 +25,12 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// The value of "key":<digits> in a flat JSON object, or -1 if absent.
+// The integer "key" of a JSON object, or -1 if absent or not an integer.
 int64_t JsonInt(const std::string& json, const std::string& key) {
-  std::string needle = "\"" + key + "\":";
-  size_t at = json.find(needle);
-  if (at == std::string::npos) return -1;
-  size_t start = at + needle.size();
-  size_t end = json.find_first_not_of("0123456789", start);
-  if (end == start) return -1;
-  return std::stoll(json.substr(start, end - start));
+  const nlohmann::json doc = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return -1;
+  const auto it = doc.find(key);
+  return it != doc.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
 }
 
 std::string TestSocketPath(const char* tag) {

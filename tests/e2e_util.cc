@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -56,25 +57,52 @@ CliResult Collect(int status, const fs::path& out, const fs::path& err) {
 
 }  // namespace
 
+namespace {
+
+// The JSON document in `text`: the whole text, or else its last line that parses (a command's
+// stdout may carry other lines before the summary). Null when nothing parses.
+nlohmann::json ParseJson(const std::string& text) {
+  nlohmann::json whole = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!whole.is_discarded()) return whole;
+  std::istringstream lines(text);
+  nlohmann::json last;
+  for (std::string line; std::getline(lines, line);) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded()) last = std::move(j);
+  }
+  return last;
+}
+
+// The value of `key` in the outermost object that has it, breadth first (so "hits" finds
+// "cache":{"hits":..} and "skipped" the server's own count before a job's). Null when absent.
+nlohmann::json Find(const nlohmann::json& root, const std::string& key) {
+  std::vector<const nlohmann::json*> level = {&root};
+  while (!level.empty()) {
+    std::vector<const nlohmann::json*> next;
+    for (const nlohmann::json* v : level) {
+      if (v->is_object()) {
+        if (auto it = v->find(key); it != v->end()) return *it;
+        for (const auto& item : v->items()) next.push_back(&item.value());
+      }
+    }
+    level = std::move(next);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 double JsonNumber(const std::string& json, const std::string& key) {
-  const std::string needle = "\"" + key + "\":";
-  size_t at = json.find(needle);
-  if (at == std::string::npos) return std::nan("");
-  return std::strtod(json.c_str() + at + needle.size(), nullptr);
+  const nlohmann::json v = Find(ParseJson(json), key);
+  return v.is_number() ? v.get<double>() : std::nan("");
 }
 
 std::vector<std::string> JsonObjects(const std::string& json, const std::string& key) {
   std::vector<std::string> out;
-  const std::string needle = "\"" + key + "\":[";
-  size_t at = json.find(needle);
-  if (at == std::string::npos) return out;
-  size_t i = at + needle.size();
-  while (i < json.size() && json[i] == '{') {
-    size_t end = json.find('}', i);
-    if (end == std::string::npos) break;
-    out.push_back(json.substr(i, end - i + 1));
-    i = end + 1;
-    if (i < json.size() && json[i] == ',') ++i;
+  const nlohmann::json v = Find(ParseJson(json), key);
+  if (!v.is_array()) return out;
+  for (const nlohmann::json& item : v) {
+    if (item.is_object()) out.push_back(item.dump());
   }
   return out;
 }

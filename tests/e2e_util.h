@@ -33,9 +33,10 @@ std::string Slurp(const fs::path& file);
 // fork+exec of argv (argv[0] a path) with stdin from /dev/null and stdout/stderr into files.
 pid_t SpawnProcess(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err);
 
-// The first number after "key": in a JSON text; NaN when absent.
+// The number "key" in a JSON text (or in its last JSON line), taken from the outermost object
+// that has the key; NaN when absent or not a number.
 double JsonNumber(const std::string& json, const std::string& key);
-// The flat objects of the array "key":[{...},{...}] (objects without nested objects).
+// The objects of the array "key", each as JSON text; empty when absent.
 std::vector<std::string> JsonObjects(const std::string& json, const std::string& key);
 
 // `epoch,sample_id,label` lines as written by `carpool consume --ids-out`.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 namespace carpool {
 namespace {
@@ -134,13 +135,16 @@ void TestJobService::RemoveJob(uint64_t job_id) {
 std::string TestJobService::Stats(uint64_t job_id) {
   std::lock_guard lock(mu_);
   if (job_id == 0) {
-    return fmt::format(R"({{"active_jobs":{},"removed_jobs":{}}})", jobs_.size(), removed_);
+    return nlohmann::json{{"active_jobs", jobs_.size()}, {"removed_jobs", removed_}}.dump();
   }
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return "{}";
+  if (it == jobs_.end()) return nlohmann::json::object().dump();
   const Job& j = *it->second;
-  return fmt::format(R"({{"job":{},"delivered":{},"unreleased":{},"max_unreleased":{}}})", job_id,
-                     j.delivered.load(), j.pool->PublishedCount(), j.max_unreleased.load());
+  return nlohmann::ordered_json{{"job", job_id},
+                                {"delivered", j.delivered.load()},
+                                {"unreleased", j.pool->PublishedCount()},
+                                {"max_unreleased", j.max_unreleased.load()}}
+      .dump();
 }
 
 }  // namespace carpool

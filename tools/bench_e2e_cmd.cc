@@ -9,6 +9,7 @@
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -107,10 +108,13 @@ int Standalone(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double rate = seconds > 0 ? delivered / seconds : 0.0;
   if (vm.count("json")) {
-    fmt::print(
-        "{{\"batches\":{},\"samples\":{},\"seconds\":{:.3f},\"samples_per_s\":{:.1f},"
-        "\"preparations\":{},\"workers\":{}}}\n",
-        batches, delivered, seconds, rate, (*loader)->preparations(), workers);
+    const nlohmann::ordered_json summary = {{"batches", batches},
+                                            {"samples", delivered},
+                                            {"seconds", seconds},
+                                            {"samples_per_s", rate},
+                                            {"preparations", (*loader)->preparations()},
+                                            {"workers", workers}};
+    fmt::print("{}\n", summary.dump());
   } else {
     fmt::print("standalone: {} batches, {} samples in {:.2f} s ({:.0f} samples/s), {} workers\n",
                batches, delivered, seconds, rate, workers);

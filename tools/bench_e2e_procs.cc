@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -166,14 +167,11 @@ Result<double> StopProcess(pid_t pid, std::string_view label, std::chrono::secon
 bool ChildRunning(pid_t pid) { return waitpid(pid, nullptr, WNOHANG) == 0; }
 
 std::optional<double> JsonNumber(std::string_view json, std::string_view key) {
-  const std::string needle = fmt::format("\"{}\":", key);
-  const size_t at = json.rfind(needle);
-  if (at == std::string_view::npos) return std::nullopt;
-  const std::string rest(json.substr(at + needle.size(), 40));
-  char* end = nullptr;
-  const double value = std::strtod(rest.c_str(), &end);
-  if (end == rest.c_str()) return std::nullopt;
-  return value;
+  const nlohmann::json doc = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return std::nullopt;
+  const auto it = doc.find(std::string(key));
+  if (it == doc.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
 }
 
 std::string ReadText(const std::filesystem::path& path) {

@@ -56,7 +56,7 @@ Result<double> StopProcess(pid_t pid, std::string_view label, std::chrono::secon
 // True while `pid` (a child) runs; reaps it (and returns false) once it has exited.
 bool ChildRunning(pid_t pid);
 
-// The number after the last `"key":` in a one-line JSON object, if any.
+// The number `key` of a JSON object's top level, if the text is one object and has it.
 std::optional<double> JsonNumber(std::string_view json, std::string_view key);
 
 // The last `lines` lines of a text file ("" if unreadable).

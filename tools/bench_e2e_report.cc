@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 namespace carpool::tools {
 namespace {
@@ -17,26 +18,29 @@ const E2eScenarioResult* Find(const std::vector<E2eScenarioResult>& results,
 
 std::string Ratio(double a, double b) { return b > 0 ? fmt::format("{:.2f}", a / b) : "-"; }
 
-std::string JsonSide(const E2eSideResult& s) {
-  std::string jobs;
+using Json = nlohmann::ordered_json;
+
+Json JsonSide(const E2eSideResult& s) {
+  Json jobs = Json::array();
   for (const E2eJobResult& j : s.jobs) {
-    jobs += fmt::format(
-        "{}{{\"dataset\":\"{}\",\"samples\":{},\"start_s\":{:.3f},\"end_s\":{:.3f},"
-        "\"samples_per_s\":{:.1f},\"cpu_s\":{:.3f},\"threads\":{}}}",
-        jobs.empty() ? "" : ",", j.dataset, j.samples, j.start_s, j.end_s, j.rate(), j.cpu_s,
-        j.threads);
+    jobs.push_back({{"dataset", j.dataset},
+                    {"samples", j.samples},
+                    {"start_s", j.start_s},
+                    {"end_s", j.end_s},
+                    {"samples_per_s", j.rate()},
+                    {"cpu_s", j.cpu_s},
+                    {"threads", j.threads}});
   }
-  return fmt::format(
-      "{{\"samples\":{},\"wall_s\":{:.3f},\"samples_per_s\":{:.1f},\"cpu_s\":{:.3f},"
-      "\"server_cpu_s\":{:.3f},\"cpu_s_per_sample\":{:.6f},\"cores_used\":{:.3f},"
-      "\"preparations\":{},\"deliveries\":{},\"preparations_per_delivery\":{:.4f},\"jobs\":[{}]}}",
-      s.samples(), s.wall_s(), s.rate(), s.cpu_s, s.server_cpu_s, s.cpu_per_sample(),
-      s.cores_used(), s.preparations, s.deliveries, s.preps_per_delivery(), jobs);
+  return {{"samples", s.samples()},         {"wall_s", s.wall_s()},
+          {"samples_per_s", s.rate()},      {"cpu_s", s.cpu_s},
+          {"server_cpu_s", s.server_cpu_s}, {"cpu_s_per_sample", s.cpu_per_sample()},
+          {"cores_used", s.cores_used()},   {"preparations", s.preparations},
+          {"deliveries", s.deliveries},     {"preparations_per_delivery", s.preps_per_delivery()},
+          {"jobs", std::move(jobs)}};
 }
 
-std::string JsonOptional(const std::optional<double>& v) {
-  return v ? fmt::format("{:.4f}", *v) : "null";
-}
+// null where the goal was not measured.
+Json JsonOptional(const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); }
 
 }  // namespace
 
@@ -150,36 +154,47 @@ void PrintE2eTables(const E2eRunInfo& info, const std::vector<E2eScenarioResult>
 
 std::string E2eJson(const E2eRunInfo& info, const std::vector<E2eScenarioResult>& results,
                     const std::vector<E2eTorchResult>& torch) {
-  std::string scenarios;
+  Json scenarios = Json::array();
   for (const E2eScenarioResult& r : results) {
-    scenarios += fmt::format(
-        "{}{{\"name\":\"{}\",\"description\":\"{}\",\"carpool\":{},\"baseline\":{},"
-        "\"throughput_ratio\":{:.4f}}}",
-        scenarios.empty() ? "" : ",", r.scenario.name, r.scenario.description, JsonSide(r.carpool),
-        JsonSide(r.baseline), r.baseline.rate() > 0 ? r.carpool.rate() / r.baseline.rate() : 0.0);
+    scenarios.push_back(
+        {{"name", r.scenario.name},
+         {"description", r.scenario.description},
+         {"carpool", JsonSide(r.carpool)},
+         {"baseline", JsonSide(r.baseline)},
+         {"throughput_ratio", r.baseline.rate() > 0 ? r.carpool.rate() / r.baseline.rate() : 0.0}});
   }
-  std::string tv;
+  Json tv = Json::array();
   for (const E2eTorchResult& t : torch) {
-    std::string rates;
-    for (double r : t.job_rates) rates += fmt::format("{}{:.1f}", rates.empty() ? "" : ",", r);
-    tv += fmt::format(
-        "{}{{\"jobs\":{},\"job_samples_per_s\":[{}],\"samples\":{},\"wall_s\":{:.3f},"
-        "\"samples_per_s\":{:.1f},\"cpu_s\":{:.3f},\"cpu_s_per_sample\":{:.6f}}}",
-        tv.empty() ? "" : ",", t.jobs, rates, t.samples, t.wall_s, t.rate(), t.cpu_s,
-        t.cpu_per_sample());
+    tv.push_back({{"jobs", t.jobs},
+                  {"job_samples_per_s", t.job_rates},
+                  {"samples", t.samples},
+                  {"wall_s", t.wall_s},
+                  {"samples_per_s", t.rate()},
+                  {"cpu_s", t.cpu_s},
+                  {"cpu_s_per_sample", t.cpu_per_sample()}});
   }
   const E2eGoals g = ComputeE2eGoals(results);
-  return fmt::format(
-      "{{\"images\":{},\"prepare\":\"{}\",\"transform\":\"{}\",\"batch_size\":{},\"epochs\":{},"
-      "\"prefetch\":{},\"workers\":{},\"step_ms\":{},\"repeat\":{},\"cache_size\":\"{}\",\"load_"
-      "before\":\"{}\","
-      "\"load_after\":\"{}\",\"seconds\":{:.1f},\"scenarios\":[{}],\"torchvision\":[{}],"
-      "\"goals\":{{\"sync4_vs_baseline\":{},\"aggregate_met\":{},\"sync4_vs_sync1\":{},"
-      "\"per_job_met\":{}}}}}",
-      info.images, info.prepare, info.transform, info.batch_size, info.epochs, info.prefetch,
-      info.workers, info.step_ms, info.repeat, info.cache_size, info.load_before, info.load_after,
-      info.seconds, scenarios, tv, JsonOptional(g.sync4_vs_baseline), g.aggregate_met(),
-      JsonOptional(g.sync4_vs_sync1), g.per_job_met());
+  const Json report = {{"images", info.images},
+                       {"prepare", info.prepare},
+                       {"transform", info.transform},
+                       {"batch_size", info.batch_size},
+                       {"epochs", info.epochs},
+                       {"prefetch", info.prefetch},
+                       {"workers", info.workers},
+                       {"step_ms", info.step_ms},
+                       {"repeat", info.repeat},
+                       {"cache_size", info.cache_size},
+                       {"load_before", info.load_before},
+                       {"load_after", info.load_after},
+                       {"seconds", info.seconds},
+                       {"scenarios", std::move(scenarios)},
+                       {"torchvision", std::move(tv)},
+                       {"goals",
+                        {{"sync4_vs_baseline", JsonOptional(g.sync4_vs_baseline)},
+                         {"aggregate_met", g.aggregate_met()},
+                         {"sync4_vs_sync1", JsonOptional(g.sync4_vs_sync1)},
+                         {"per_job_met", g.per_job_met()}}}};
+  return report.dump();
 }
 
 }  // namespace carpool::tools

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -105,10 +106,11 @@ int Consume(int argc, char** argv) {
   }
   const double rate = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
   if (vm.count("json")) {
-    fmt::print(
-        "{{\"job\":{},\"batches\":{},\"samples\":{},\"seconds\":{:.3f},\"samples_per_s\":{:.1f},"
-        "\"skipped\":{},\"epochs\":{}}}\n",
-        (*job)->id(), batches, samples, seconds, rate, skipped, (*job)->epochs());
+    const nlohmann::ordered_json summary = {{"job", (*job)->id()},       {"batches", batches},
+                                            {"samples", samples},        {"seconds", seconds},
+                                            {"samples_per_s", rate},     {"skipped", skipped},
+                                            {"epochs", (*job)->epochs()}};
+    fmt::print("{}\n", summary.dump());
   } else {
     fmt::print("job {}: {} batches, {} samples in {:.2f} s ({:.0f} samples/s), {} skipped\n",
                (*job)->id(), batches, samples, seconds, rate, skipped);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "server/scheduler_sim.h"
 
@@ -47,23 +48,32 @@ void PrintText(const SchedulerSimResult& r, const CacheModeOptions& o) {
   }
 }
 
-// Job names hold only [A-Za-z0-9_.-] (ParseJobSpec checks), so they need no JSON escaping.
 void PrintJson(const SchedulerSimResult& r, const CacheModeOptions& o) {
-  std::string jobs;
+  using Json = nlohmann::ordered_json;
+  Json jobs = Json::array();
   for (const SchedulerSimResult::Job& j : r.jobs) {
-    jobs += fmt::format(
-        "{}{{\"name\":\"{}\",\"deliveries\":{},\"preparations\":{},\"epochs\":{},"
-        "\"finish_tick\":{}}}",
-        jobs.empty() ? "" : ",", j.name, j.deliveries, j.preparations, j.epochs, j.finish_tick);
+    jobs.push_back({{"name", j.name},
+                    {"deliveries", j.deliveries},
+                    {"preparations", j.preparations},
+                    {"epochs", j.epochs},
+                    {"finish_tick", j.finish_tick}});
   }
-  fmt::print(
-      "{{\"mode\":\"cache\",\"cache\":{},\"policy\":\"{}\",\"lookahead\":{},\"prefetch\":{},"
-      "\"ticks\":{},\"rounds\":{},\"deliveries\":{},\"hits\":{},\"preparations\":{},"
-      "\"evictions\":{},\"belady_preparations\":{},\"sharing_ratio\":{},"
-      "\"shared_round_fraction\":{},\"jobs\":[{}]}}\n",
-      o.cache, cache::EvictionPolicyName(o.policy), o.lookahead, o.prefetch, r.ticks, r.rounds,
-      r.deliveries, r.hits, r.preparations, r.evictions, r.belady_preparations,
-      Ratio(r.deliveries, r.preparations), Ratio(r.shared_deliveries, r.deliveries), jobs);
+  const Json summary = {{"mode", "cache"},
+                        {"cache", o.cache},
+                        {"policy", std::string(cache::EvictionPolicyName(o.policy))},
+                        {"lookahead", o.lookahead},
+                        {"prefetch", o.prefetch},
+                        {"ticks", r.ticks},
+                        {"rounds", r.rounds},
+                        {"deliveries", r.deliveries},
+                        {"hits", r.hits},
+                        {"preparations", r.preparations},
+                        {"evictions", r.evictions},
+                        {"belady_preparations", r.belady_preparations},
+                        {"sharing_ratio", Ratio(r.deliveries, r.preparations)},
+                        {"shared_round_fraction", Ratio(r.shared_deliveries, r.deliveries)},
+                        {"jobs", std::move(jobs)}};
+  fmt::print("{}\n", summary.dump());
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -104,25 +105,28 @@ void PrintText(const SimSummary& s) {
   }
 }
 
-// Job names hold only [A-Za-z0-9_.-] (ParseJobSpec checks), so they need no JSON escaping.
 void PrintJson(const SimSummary& s) {
-  std::string jobs;
+  using Json = nlohmann::ordered_json;
+  Json jobs = Json::array();
   for (const SimSummary::Job& j : s.jobs) {
-    jobs += fmt::format("{}{{\"name\":\"{}\",\"assignments\":{},\"epochs\":{}}}",
-                        jobs.empty() ? "" : ",", j.name, j.assignments, j.epochs);
+    jobs.push_back({{"name", j.name}, {"assignments", j.assignments}, {"epochs", j.epochs}});
   }
-  std::string pair = "null";
+  Json pair = nullptr;
   if (s.has_pair) {
-    pair = fmt::format(
-        "{{\"jobs\":[\"{}\",\"{}\"],\"rounds_both\":{},\"shared_rounds\":{},"
-        "\"shared_fraction\":{},\"mean_bound\":{},\"bound_sd\":{}}}",
-        s.jobs[0].name, s.jobs[1].name, s.pair_rounds, s.pair_shared, s.shared_fraction,
-        s.mean_bound, s.bound_sd);
+    pair = {{"jobs", {s.jobs[0].name, s.jobs[1].name}},
+            {"rounds_both", s.pair_rounds},
+            {"shared_rounds", s.pair_shared},
+            {"shared_fraction", s.shared_fraction},
+            {"mean_bound", s.mean_bound},
+            {"bound_sd", s.bound_sd}};
   }
-  fmt::print(
-      "{{\"rounds\":{},\"assignments\":{},\"distinct_round_samples\":{},\"sharing_ratio\":{},"
-      "\"jobs\":[{}],\"pair\":{}}}\n",
-      s.rounds, s.assignments, s.distinct, s.sharing_ratio, jobs, pair);
+  const Json summary = {{"rounds", s.rounds},
+                        {"assignments", s.assignments},
+                        {"distinct_round_samples", s.distinct},
+                        {"sharing_ratio", s.sharing_ratio},
+                        {"jobs", std::move(jobs)},
+                        {"pair", std::move(pair)}};
+  fmt::print("{}\n", summary.dump());
 }
 
 struct FileCloser {

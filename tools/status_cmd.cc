@@ -2,10 +2,9 @@
 #include <fmt/core.h>
 
 #include <boost/program_options.hpp>
-#include <cctype>
 #include <chrono>
-#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -21,139 +20,74 @@ namespace {
 
 namespace po = boost::program_options;
 
-// A minimal JSON reader for the server's own stats (objects, arrays, strings without escapes
-// beyond \" and \\, numbers, true/false/null): enough to print a table.
-struct Json {
-  enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = Kind::kNull;
-  double number = 0;
-  std::string text;
-  std::vector<Json> items;
-  std::map<std::string, Json> fields;
+using Json = nlohmann::json;
 
-  const Json& operator[](const std::string& key) const {
-    static const Json kNull;
-    auto it = fields.find(key);
-    return it == fields.end() ? kNull : it->second;
-  }
-  std::string Str() const {
-    if (kind == Kind::kString) return text;
-    if (kind == Kind::kBool) return number != 0 ? "yes" : "no";
-    if (kind == Kind::kNumber) {
-      return number == static_cast<double>(static_cast<int64_t>(number))
-                 ? fmt::format("{}", static_cast<int64_t>(number))
-                 : fmt::format("{:.2f}", number);
-    }
-    return "-";
-  }
-};
+// `obj[key]`, or null where obj is not an object or lacks the key (an older or newer server).
+const Json& Field(const Json& obj, const char* key) {
+  static const Json kNull;
+  if (!obj.is_object()) return kNull;
+  auto it = obj.find(key);
+  return it == obj.end() ? kNull : *it;
+}
 
-class JsonParser {
- public:
-  explicit JsonParser(std::string_view s) : s_(s) {}
-  bool Parse(Json* out) {
-    if (!Value(out)) return false;
-    Skip();
-    return i_ == s_.size();
+// A table cell: integers as they are, other numbers to 2 decimals, booleans as yes/no.
+std::string Str(const Json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
+  if (v.is_number_integer()) return v.dump();
+  if (v.is_number()) {
+    const double number = v.get<double>();
+    return number == static_cast<double>(static_cast<int64_t>(number))
+               ? fmt::format("{}", static_cast<int64_t>(number))
+               : fmt::format("{:.2f}", number);
   }
+  return "-";
+}
 
- private:
-  void Skip() {
-    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
-  }
-  bool Eat(char c) {
-    Skip();
-    if (i_ < s_.size() && s_[i_] == c) return ++i_, true;
-    return false;
-  }
-  bool String(std::string* out) {
-    if (!Eat('"')) return false;
-    while (i_ < s_.size() && s_[i_] != '"') {
-      if (s_[i_] == '\\' && i_ + 1 < s_.size()) ++i_;
-      out->push_back(s_[i_++]);
-    }
-    return Eat('"');
-  }
-  bool Value(Json* v) {
-    Skip();
-    if (i_ >= s_.size()) return false;
-    const char c = s_[i_];
-    if (c == '{') {
-      v->kind = Json::Kind::kObject;
-      ++i_;
-      if (Eat('}')) return true;
-      do {
-        std::string key;
-        if (!String(&key) || !Eat(':') || !Value(&v->fields[key])) return false;
-      } while (Eat(','));
-      return Eat('}');
-    }
-    if (c == '[') {
-      v->kind = Json::Kind::kArray;
-      ++i_;
-      if (Eat(']')) return true;
-      do {
-        v->items.emplace_back();
-        if (!Value(&v->items.back())) return false;
-      } while (Eat(','));
-      return Eat(']');
-    }
-    if (c == '"') {
-      v->kind = Json::Kind::kString;
-      return String(&v->text);
-    }
-    for (std::string_view word : {"true", "false", "null"}) {
-      if (s_.substr(i_, word.size()) == word) {
-        i_ += word.size();
-        v->kind = word == "null" ? Json::Kind::kNull : Json::Kind::kBool;
-        v->number = word == "true";
-        return true;
-      }
-    }
-    size_t used = 0;
-    try {
-      v->number = std::stod(std::string(s_.substr(i_, 40)), &used);
-    } catch (const std::exception&) {
-      return false;
-    }
-    v->kind = Json::Kind::kNumber;
-    i_ += used;
-    return true;
-  }
+std::string Str(const Json& obj, const char* key) { return Str(Field(obj, key)); }
 
-  std::string_view s_;
-  size_t i_ = 0;
-};
+double Number(const Json& obj, const char* key) {
+  const Json& v = Field(obj, key);
+  return v.is_number() ? v.get<double>() : 0.0;
+}
+
+// The items of an array field; empty where the field is missing or not an array.
+const Json& Items(const Json& obj, const char* key) {
+  static const Json kEmpty = Json::array();
+  const Json& v = Field(obj, key);
+  return v.is_array() ? v : kEmpty;
+}
 
 void PrintTable(const Json& s) {
-  fmt::print("server {}  up {} s  workers {}  look-ahead {}  policy {}\n", s["instance"].Str(),
-             s["uptime_s"].Str(), s["workers"].Str(), s["lookahead"].Str(), s["policy"].Str());
+  fmt::print("server {}  up {} s  workers {}  look-ahead {}  policy {}\n", Str(s, "instance"),
+             Str(s, "uptime_s"), Str(s, "workers"), Str(s, "lookahead"), Str(s, "policy"));
   fmt::print("\n{:>4} {:<20} {:>6} {:>7} {:>9} {:>10} {:>7} {:>11} {:>8}\n", "job", "dataset",
              "batch", "epoch", "progress", "rate/s", "queue", "deliveries", "skipped");
-  for (const Json& j : s["jobs"].items) {
-    fmt::print("{:>4} {:<20} {:>6} {:>7} {:>8.1f}% {:>10} {:>7} {:>11} {:>8}\n", j["id"].Str(),
-               j["dataset"].Str(), j["batch_size"].Str(),
-               fmt::format("{}/{}", j["epoch"].number + 1, j["epochs"].Str()),
-               100 * j["progress"].number, j["rate"].Str(), j["queue_depth"].Str(),
-               j["deliveries"].Str(), j["skipped"].Str());
+  for (const Json& j : Items(s, "jobs")) {
+    fmt::print("{:>4} {:<20} {:>6} {:>7} {:>8.1f}% {:>10} {:>7} {:>11} {:>8}\n", Str(j, "id"),
+               Str(j, "dataset"), Str(j, "batch_size"),
+               fmt::format("{}/{}", Number(j, "epoch") + 1, Str(j, "epochs")),
+               100 * Number(j, "progress"), Str(j, "rate"), Str(j, "queue_depth"),
+               Str(j, "deliveries"), Str(j, "skipped"));
   }
-  if (s["jobs"].items.empty()) fmt::print("   (no jobs)\n");
-  const Json& c = s["cache"];
+  if (Items(s, "jobs").empty()) fmt::print("   (no jobs)\n");
+  const Json& c = Field(s, "cache");
   fmt::print(
       "\ncache: {} of {} bytes used, {} pinned, {} entries; hits {}, misses {}, evictions {}\n",
-      c["bytes_used"].Str(), c["capacity_bytes"].Str(), c["bytes_pinned"].Str(),
-      c["entries"].Str(), c["hits"].Str(), c["misses"].Str(), c["evictions"].Str());
+      Str(c, "bytes_used"), Str(c, "capacity_bytes"), Str(c, "bytes_pinned"), Str(c, "entries"),
+      Str(c, "hits"), Str(c, "misses"), Str(c, "evictions"));
   fmt::print(
       "work:  {} preparations ({} transient), {} deliveries, sharing ratio {}, {} skipped "
       "({} bad samples)\n",
-      s["preparations"].Str(), s["transient_preparations"].Str(), s["deliveries"].Str(),
-      s["sharing_ratio"].Str(), s["skipped"].Str(), s["bad_samples"].Str());
-  fmt::print("refs:  {} reference counts, {} pins, {} rounds\n", s["refcount_total"].Str(),
-             s["pins"].Str(), s["rounds"].Str());
-  if (!s["tree"].items.empty()) {
+      Str(s, "preparations"), Str(s, "transient_preparations"), Str(s, "deliveries"),
+      Str(s, "sharing_ratio"), Str(s, "skipped"), Str(s, "bad_samples"));
+  fmt::print("refs:  {} reference counts, {} pins, {} rounds\n", Str(s, "refcount_total"),
+             Str(s, "pins"), Str(s, "rounds"));
+  if (!Items(s, "tree").empty()) {
     fmt::print("\ntree (by position): job |R| |N_p| |L_p|\n");
-    for (const Json& n : s["tree"].items) {
-      fmt::print("  {:>4} {:>9} {:>9} {:>9}\n", n["job"].Str(), n["remaining"].Str(),
-                 n["spine"].Str(), n["leaf"].Str());
+    for (const Json& n : Items(s, "tree")) {
+      fmt::print("  {:>4} {:>9} {:>9} {:>9}\n", Str(n, "job"), Str(n, "remaining"), Str(n, "spine"),
+                 Str(n, "leaf"));
     }
   }
 }
@@ -191,8 +125,8 @@ int ShowStatus(int argc, char** argv) {
     if (vm.count("json")) {
       fmt::print("{}\n", *stats);
     } else {
-      Json parsed;
-      if (!JsonParser(*stats).Parse(&parsed)) {
+      const Json parsed = Json::parse(*stats, nullptr, /*allow_exceptions=*/false);
+      if (parsed.is_discarded()) {
         fmt::print(stderr, "carpool status: the server's reply is not JSON: {}\n", *stats);
         return 1;
       }
