@@ -36,12 +36,11 @@ sys.path.insert(0, str(HERE))
 # After PYTHONPATH: the bundle's package (scripts/gpu_bench.sh) wins over the source tree's.
 sys.path.append(str(HERE.parent / "client" / "python"))
 
-from bench_torchvision import job_workers  # noqa: E402
+from bench_torchvision import imagenet_train_transform, job_workers  # noqa: E402
 
 PREPARE = "resize=256,crop=256"
 SAMPLE_BYTES = 256 * 256 * 3  # one prepared sample in the cache (uint8 HWC)
 CROP = 224
-IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 OVERLAP_PARTS = 5  # overlap scenario: a shared core of S/5 ids plus a private S/5 per job
 
 # name: (description, dataset of each job, late jobs, slow jobs)
@@ -101,10 +100,7 @@ def carpool_batches(spec):
 def torchvision_loader(spec, torch, go=None):
     from torch.utils.data import DataLoader, Subset
     from torchvision import datasets, transforms
-    tf = transforms.Compose([
-        transforms.Resize(256), transforms.CenterCrop(256),  # the prepare spec resize=256,crop=256
-        transforms.RandomCrop(CROP), transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    tf = imagenet_train_transform(transforms, CROP)
     data = datasets.ImageFolder(spec["root"], transform=tf)
     if spec["indices"] is not None:
         data = Subset(data, spec["indices"])
@@ -719,8 +715,8 @@ def main():
     ap.add_argument("--workers", type=int, help="CPU workers, all jobs together (default: cores)")
     ap.add_argument("--cache-size", default="8GiB")
     ap.add_argument("--gpu-cache-size", default="4GiB")
-    # 4096 samples and 8 credits: on the H100 one job reached 0.70 of the prepare rate with them,
-    # 0.54 with the server's defaults (1024, 4), and four jobs 1.99x against 1.67x.
+    # 4096 samples and 8 credits: one job reached 0.70 of its run's prepare rate with them, 0.54
+    # with the server's defaults (1024, 4); four jobs 1.99x against 1.67x (two runs on two H100s).
     ap.add_argument("--lookahead", type=int, default=4096, help="server look-ahead (default 4096)")
     ap.add_argument("--prefetch", type=int, default=8, help="batches per job ahead (default 8)")
     ap.add_argument("--transform", default="random_crop(224)|flip|normalize(imagenet)|float16|nhwc")

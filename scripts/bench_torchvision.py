@@ -28,20 +28,26 @@ def job_workers(total, n, i):
     return max(1, total // n + (1 if i < total % n else 0))
 
 
+def imagenet_train_transform(transforms, crop=224):
+    """The prepare spec resize=256,crop=256 then the job transform random_crop(crop)|flip|
+    normalize(imagenet), float32 NCHW: what carpool's benchmarks ask of their baselines."""
+    return transforms.Compose([
+        transforms.Resize(256),
+        transforms.CenterCrop(256),
+        transforms.RandomCrop(crop),
+        transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(),
+        transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+    ])
+
+
 def run_job(index, args, barrier, out_queue):
     import torch
     from torch.utils.data import DataLoader
     from torchvision import datasets, transforms
 
     torch.set_num_threads(1)
-    tf = transforms.Compose([
-        transforms.Resize(256),
-        transforms.CenterCrop(256),
-        transforms.RandomCrop(224),
-        transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(),
-        transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
-    ])
+    tf = imagenet_train_transform(transforms)
     workers = job_workers(args.workers, args.jobs, index)
     torch.manual_seed(index + 1)
     data = datasets.ImageFolder(args.root, transform=tf)
