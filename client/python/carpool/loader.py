@@ -362,14 +362,14 @@ class Loader:
         self.epoch = epoch
         self.batch_index = lib.carpool_batch_index(batch.handle)
         self.skipped = lib.carpool_batch_skipped(batch.handle)
-        labels = np.ctypeslib.as_array(lib.carpool_batch_labels(batch.handle), (n,)) if n else \
-            np.empty(0, np.int32)
         ids = np.ctypeslib.as_array(lib.carpool_batch_sample_ids(batch.handle), (n,)) if n else \
             np.empty(0, np.uint32)
         self.ids = ids.copy()
-        labels = labels.astype(np.int64)
-        if self._torch_device is not None:
+        if self._torch_device is not None:  # its int64 labels are on the device already
             return self._device_tensors(batch, n)
+        labels = np.ctypeslib.as_array(lib.carpool_batch_labels(batch.handle), (n,)) if n else \
+            np.empty(0, np.int32)
+        labels = labels.astype(np.int64)
         images = batch.array(self._np_dtype)
         if images.shape[:1] != (n,):
             raise CarpoolError(f"batch of {n} samples has images of shape {images.shape}", 5)
