@@ -88,10 +88,13 @@ def carpool_batches(spec):
     import carpool
     nhwc = "nhwc" in spec["transform"]
     with carpool.Loader(spec["dataset"], batch_size=spec["batch_size"], epochs=spec["epochs"],
-                        transform=spec["transform"], device=spec["device"], socket=spec["socket"],
-                        seed=spec["seed"], prefetch=spec["prefetch"]) as loader:
+                        transform=spec["transform"], device=spec.get("loader_device") or spec["device"],
+                        socket=spec["socket"], seed=spec["seed"], prefetch=spec["prefetch"]) as loader:
+        to = spec["device"] if spec.get("loader_device") else None
         for _ in range(loader.epochs):
             for images, labels in loader:
+                if to:  # host batches copied to the training device (scripts/gpu_probe.py)
+                    images, labels = images.to(to), labels.to(to)
                 # NHWC permuted is channels_last NCHW: no copy. The loader hands the slot back
                 # only once the GPU work queued on the batch has finished.
                 yield (images.permute(0, 3, 1, 2) if nhwc else images), labels
@@ -141,7 +144,7 @@ def run_job(spec, go, stop, progress, out):
         torch.cuda.set_device(dev)
         torch.backends.cudnn.benchmark = True
     step, step_s = None, 0.0
-    if spec["side"] != "drop":
+    if spec["side"] not in ("drop", "sleep"):
         model, opt = make_model(torch, spec, dev)
         step = make_step(torch, model, opt, dev)
         b = spec["batch_size"]
@@ -157,7 +160,7 @@ def run_job(spec, go, stop, progress, out):
                                     "device": torch.cuda.get_device_name(dev) if cuda else "cpu"}))
     go.wait()
     start, cpu0 = time.monotonic(), os.times()
-    batches = (carpool_batches(spec) if spec["side"] in ("carpool", "drop")
+    batches = (carpool_batches(spec) if spec["side"] in ("carpool", "drop", "sleep")
                else baseline_batches(spec, tv, dev, torch, tv_first) if tv is not None
                else synthetic_batches(x0, y0))
     # Rates are steady-state on both sides: from the first batch's arrival, that batch not
@@ -166,6 +169,7 @@ def run_job(spec, go, stop, progress, out):
     images = steps = 0
     go_t, first_t = start, None
     wait_s = 0.0  # time the training loop waited for its next batch, after the first
+    waits = []  # each batch's wait, ms
     while True:
         t_wait = time.monotonic()
         try:
@@ -174,6 +178,7 @@ def run_job(spec, go, stop, progress, out):
             break
         if first_t is not None:
             wait_s += time.monotonic() - t_wait
+            waits.append(1e3 * (time.monotonic() - t_wait))
         if first_t is None:
             first_t = time.monotonic()
             start, images = first_t, -len(y)
@@ -181,7 +186,7 @@ def run_job(spec, go, stop, progress, out):
             step(x, y)
             steps += 1
         if spec["sleep"]:
-            time.sleep(step_s)
+            time.sleep(spec.get("sleep_s") or step_s)
         images += len(y)
         progress[spec["job"]] = images
         if stop.is_set():
@@ -209,7 +214,16 @@ def run_job(spec, go, stop, progress, out):
         "job_cpu_s": cpu1.user + cpu1.system - cpu0.user - cpu0.system,
         "workers_cpu_s": (forked_cpu + cpu1.children_user + cpu1.children_system
                           - cpu0.children_user - cpu0.children_system),
-        "workers": spec["workers"]}))
+        "workers": spec["workers"], "wait_ms": percentiles(waits)}))
+
+
+def percentiles(xs):
+    """p50, p90, p99 and max of a list (None when empty)."""
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return {f"p{q}": xs[min(len(xs) - 1, int(q / 100 * len(xs)))] for q in (50, 90, 99)} | {
+        "max": xs[-1]}
 
 
 def job_process(spec, go, stop, progress, out):
@@ -696,7 +710,7 @@ def markdown(r):
     return "\n".join(lines) + "\n"
 
 
-def main():
+def parser():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, help="synthetic JPEGs (default 20000; smoke 200)")
@@ -726,7 +740,11 @@ def main():
     ap.add_argument("--json-out")
     ap.add_argument("--md-out")
     ap.add_argument("--smoke", action="store_true", help="tiny CPU run of the whole orchestration")
-    args = ap.parse_args()
+    return ap
+
+
+def finish_args(args):
+    """Fills the defaults of a full (GPU) or --smoke run; exits on a bad value."""
     smoke = {"count": 200, "device": "cpu", "model": "tiny", "batch_size": 8, "max_seconds": 60,
              "rate_seconds": 2, "workers": 2, "warmup": 1}
     full = {"count": 20000, "device": "cuda:0", "model": "resnet18", "batch_size": 256,
@@ -741,7 +759,11 @@ def main():
         sys.exit("bench_gpu.py: --count, --batch-size, --epochs and --workers must be >= 1")
     if "overlap" in args.scenarios and args.count < OVERLAP_PARTS:
         sys.exit(f"bench_gpu.py: the overlap scenario needs --count >= {OVERLAP_PARTS}")
-    Bench(args).run()
+    return args
+
+
+def main():
+    Bench(finish_args(parser().parse_args())).run()
 
 
 if __name__ == "__main__":

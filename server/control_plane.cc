@@ -12,6 +12,7 @@
 
 #include "carpool/log.h"
 #include "server/session.h"
+#include "server/thread_name.h"
 
 namespace carpool {
 namespace asio = boost::asio;
@@ -53,7 +54,10 @@ Result<std::unique_ptr<ControlPlane>> ControlPlane::Start(ControlPlaneOptions op
   Status s = plane->Listen();
   if (!s.ok()) return s;
   plane->Accept();
-  plane->thread_ = std::thread([p = plane.get()] { p->io_.run(); });
+  plane->thread_ = std::thread([p = plane.get()] {
+    NameThisThread("carpool-io");
+    p->io_.run();
+  });
   log::Info("control plane listening on {} (lease {} ms)", plane->options_.socket_path,
             plane->options_.lease.count());
   return plane;

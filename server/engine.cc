@@ -9,6 +9,7 @@
 
 #include "carpool/log.h"
 #include "server/engine_job.h"
+#include "server/thread_name.h"
 
 namespace carpool {
 
@@ -56,8 +57,11 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   // Set once, here: the setting is process-wide, and OpenCV's TBB backend crashed (H100, 16
   // workers) when every worker called cv::setNumThreads at once as it started.
   cv::setNumThreads(1);
-  e->workers_ = std::make_unique<WorkerPool>(workers, [] {});
-  e->coordinator_ = std::thread([raw = e.get()] { raw->CoordinatorLoop(); });
+  e->workers_ = std::make_unique<WorkerPool>(workers, [] { NameThisThread("carpool-worker"); });
+  e->coordinator_ = std::thread([raw = e.get()] {
+    NameThisThread("carpool-coord");
+    raw->CoordinatorLoop();
+  });
   return e;
 }
 

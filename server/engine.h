@@ -165,6 +165,9 @@ class Engine : public JobService {
   uint64_t pins_ = 0;  // pins held by batches being assembled
   uint64_t jobs_created_ = 0, jobs_removed_ = 0;
   double coordinator_seconds_ = 0;  // in Step, holding mu_: the engine's serial part
+  // Time worker tasks waited to take mu_ (LockFromWorker): contention on the engine's lock.
+  std::atomic<uint64_t> worker_lock_wait_ns_{0};
+  std::unique_lock<std::mutex> LockFromWorker();  // mu_, its wait counted
 
   std::unique_ptr<WorkerPool> workers_;
   std::thread coordinator_;

@@ -44,6 +44,8 @@ struct EngineSnapshot {
   uint64_t rounds = 0;
   std::vector<SamplingTree::NodeStats> tree;
   double cpu_seconds = 0, coordinator_seconds = 0;
+  size_t workers_busy = 0, worker_queue = 0;  // threads in a task; tasks waiting for one
+  double worker_lock_wait_seconds = 0;        // worker tasks waiting for the engine's lock
   std::vector<GpuCounters> gpus;  // one per GPU served
 
   uint64_t preparations() const { return cached_preparations + transient_preparations; }

@@ -10,6 +10,7 @@
 #include "server/engine_job.h"
 #include "server/engine_snapshot.h"
 #include "server/gpu_service.h"
+#include "server/worker_pool.h"
 
 namespace carpool {
 
@@ -66,6 +67,11 @@ EngineSnapshot Engine::SnapshotLocked() const {
   s.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
                   static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
   s.coordinator_seconds = coordinator_seconds_;
+  const WorkerPool::Load load = workers_->CurrentLoad();  // lock order: mu_, then the pool's
+  s.workers_busy = load.busy;
+  s.worker_queue = load.queued;
+  s.worker_lock_wait_seconds =
+      static_cast<double>(worker_lock_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
   for (const auto& gpu : gpus_) s.gpus.push_back(gpu->Counters());
   return s;
 }
@@ -165,6 +171,9 @@ Json ServerJson(const EngineSnapshot& s) {
           {"tree", std::move(tree)},
           {"cpu_seconds", s.cpu_seconds},
           {"coordinator_seconds", s.coordinator_seconds},
+          {"workers_busy", s.workers_busy},
+          {"worker_queue", s.worker_queue},
+          {"worker_lock_wait_seconds", s.worker_lock_wait_seconds},
           {"gpus", std::move(gpus)}};
 }
 

@@ -1,6 +1,7 @@
 // The engine's worker tasks: preparing a sample into the cache, and assembling a job's batch.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -13,12 +14,22 @@
 
 namespace carpool {
 
+std::unique_lock<std::mutex> Engine::LockFromWorker() {
+  const auto begin = std::chrono::steady_clock::now();
+  std::unique_lock lock(mu_);
+  worker_lock_wait_ns_.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin)
+          .count(),
+      std::memory_order_relaxed);
+  return lock;
+}
+
 void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source) {
   const SampleSource& src = *source;
   // Ends the task: `fn` updates the sample's state under the lock.
   auto finish = [&](auto&& fn) {
     {
-      std::lock_guard lock(mu_);
+      std::unique_lock lock = LockFromWorker();
       fn();
       --prep_outstanding_;
       woken_ = true;
@@ -31,7 +42,7 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
   if (!shape.ok()) return finish([&] { MarkBad(sample, src, shape.status()); });
   Result<cache::SampleCache::Allocation> slot = Status::Internal("not allocated");
   {
-    std::lock_guard lock(mu_);  // Allocate may ask the scheduler for next uses
+    std::unique_lock lock = LockFromWorker();  // Allocate may ask the scheduler for next uses
     slot = cache_->Allocate(sample, shape->bytes());
   }
   if (!slot.ok()) {
@@ -190,7 +201,7 @@ void Engine::Assemble(BatchTask task) {
   }
 
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock = LockFromWorker();
     pins_ -= unpinned;
     for (const auto& [sample, status] : unreadable) {
       std::shared_ptr<const SampleSource> source = samples_.Find(sample);

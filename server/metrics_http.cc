@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "server/metrics_text.h"
+#include "server/thread_name.h"
 
 
 namespace carpool {
@@ -160,7 +161,10 @@ Result<std::unique_ptr<MetricsListener>> MetricsListener::Start(
   impl->port = impl->acceptor.local_endpoint(ec).port();
   impl->Accept();
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->io.run(); });
+  impl->thread = std::thread([raw] {
+    NameThisThread("carpool-metrics");
+    raw->io.run();
+  });
   return std::unique_ptr<MetricsListener>(new MetricsListener(std::move(impl)));
 }
 

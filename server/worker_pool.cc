@@ -38,17 +38,27 @@ void WorkerPool::Shutdown() {
   threads_.clear();
 }
 
+WorkerPool::Load WorkerPool::CurrentLoad() {
+  std::lock_guard lock(mu_);
+  return {busy_, high_.size() + normal_.size()};
+}
+
 void WorkerPool::Run(const std::function<void()>& thread_init) {
   if (thread_init) thread_init();
+  bool ran = false;
   for (;;) {
     std::function<void()> task;
     {
       std::unique_lock lock(mu_);
+      if (ran) --busy_;  // the task of the previous turn is done
+      ran = false;
       ready_.wait(lock, [this] { return stop_ || !high_.empty() || !normal_.empty(); });
       if (stop_) return;
       std::deque<std::function<void()>>& q = high_.empty() ? normal_ : high_;
       task = std::move(q.front());
       q.pop_front();
+      ++busy_;
+      ran = true;
     }
     task();
   }

@@ -30,6 +30,12 @@ class WorkerPool {
   void Shutdown();
   size_t size() const { return threads_.size(); }
 
+  struct Load {
+    size_t busy = 0;    // threads running a task
+    size_t queued = 0;  // tasks waiting for a thread
+  };
+  Load CurrentLoad();  // O(1), takes the pool's lock
+
  private:
   void Run(const std::function<void()>& thread_init);
 
@@ -38,6 +44,7 @@ class WorkerPool {
   std::deque<std::function<void()>> high_;    // GUARDED_BY(mu_)
   std::deque<std::function<void()>> normal_;  // GUARDED_BY(mu_)
   bool stop_ = false;                         // GUARDED_BY(mu_)
+  size_t busy_ = 0;                           // GUARDED_BY(mu_)
   std::vector<std::thread> threads_;
 };
 
