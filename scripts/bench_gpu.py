@@ -84,13 +84,18 @@ def make_step(torch, model, opt, dev):
     return step
 
 
-def carpool_batches(spec):
+def carpool_batches(spec, timing):
+    """The job's batches, then None at the end of its data; the loader closes when the generator
+    does (batches.close()), so a job's clock never includes its close, timed into `timing`."""
     import carpool
     nhwc = "nhwc" in spec["transform"]
-    with carpool.Loader(spec["dataset"], batch_size=spec["batch_size"], epochs=spec["epochs"],
-                        transform=spec["transform"], device=spec.get("loader_device") or spec["device"],
-                        socket=spec["socket"], seed=spec["seed"], prefetch=spec["prefetch"]) as loader:
-        to = spec["device"] if spec.get("loader_device") else None
+    to = spec["device"] if spec.get("loader_device") else None
+    loader = carpool.Loader(spec["dataset"], batch_size=spec["batch_size"], epochs=spec["epochs"],
+                            transform=spec["transform"],
+                            device=spec.get("loader_device") or spec["device"],
+                            socket=spec["socket"], seed=spec["seed"], prefetch=spec["prefetch"])
+    probe_loader(loader, spec, timing)
+    try:
         for _ in range(loader.epochs):
             for images, labels in loader:
                 if to:  # host batches copied to the training device (scripts/gpu_probe.py)
@@ -98,6 +103,79 @@ def carpool_batches(spec):
                 # NHWC permuted is channels_last NCHW: no copy. The loader hands the slot back
                 # only once the GPU work queued on the batch has finished.
                 yield (images.permute(0, 3, 1, 2) if nhwc else images), labels
+        yield None
+    finally:
+        t = time.monotonic()
+        loader._release_current()
+        if loader._releaser is not None:  # the parts of close(), timed (scripts/gpu_probe.py)
+            loader._releaser.close()
+            loader._releaser = None
+        timing["close_releaser_s"] = time.monotonic() - t
+        t = time.monotonic()
+        if loader._job is not None:
+            loader._lib.carpool_job_free(loader._job)
+            loader._job = None
+        timing["close_job_s"] = time.monotonic() - t
+        t = time.monotonic()
+        loader.close()
+        timing["close_rest_s"] = time.monotonic() - t
+
+
+def probe_loader(loader, spec, timing):
+    """scripts/gpu_probe.py's variants: time the loader's waits for the server (its _fetch), and
+    try other ways of handing GPU slots back (spec["release_mode"]: "query" polls the event,
+    "blocking" makes its wait sleep rather than spin)."""
+    fetch = loader._fetch
+    timing.update(fetch_s=0.0, arrivals=[], releases=[])
+
+    def timed_fetch():
+        t = time.monotonic()
+        try:
+            return fetch()
+        finally:
+            timing["fetch_s"] += time.monotonic() - t
+            timing["arrivals"].append(time.monotonic())
+    loader._fetch = timed_fetch
+
+    class TimedLib:  # the loader's library, its slot releases timed
+        def __init__(self, lib):
+            self._lib = lib
+
+        def __getattr__(self, name):
+            return getattr(self._lib, name)
+
+        def carpool_batch_release(self, handle):
+            timing["releases"].append(time.monotonic())
+            return self._lib.carpool_batch_release(handle)
+    loader._lib = TimedLib(loader._lib)
+    mode = spec.get("release_mode")
+    if mode is None:
+        return
+    import torch
+    import carpool.loader as cl
+
+    def run(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch, event = item
+            while not event.query():
+                time.sleep(0.0005)
+            self._lib.carpool_batch_release(batch.handle)
+    if mode == "query":
+        cl._GpuReleaser._run = run
+    elif mode == "blocking":
+        def release_current():
+            if loader._current is None:
+                return
+            event = torch.cuda.Event(blocking=True)
+            event.record(torch.cuda.current_stream(loader._torch_device))
+            if loader._releaser is None:
+                loader._releaser = cl._GpuReleaser(loader._lib)
+            loader._releaser.put(loader._current, event)
+            loader._current = None
+        loader._release_current = release_current
 
 
 def torchvision_loader(spec, torch, go=None):
@@ -150,6 +228,10 @@ def run_job(spec, go, stop, progress, out):
         b = spec["batch_size"]
         x0 = torch.randn(b, 3, CROP, CROP, device=dev).to(memory_format=torch.channels_last)
         x0, y0 = x0.half() if cuda else x0, torch.randint(0, spec["classes"], (b,), device=dev)
+        # The epoch's last, partial batch has a shape of its own: cuDNN (benchmark mode) would
+        # pick its kernels on the clock (H100: 1.1 s, a fifth of a 20,000-image epoch).
+        if spec["tail"]:
+            step(x0[:spec["tail"]], y0[:spec["tail"]])
         for _ in range(spec["warmup"] + 1):  # cuDNN picks its kernels here, before the clock
             t = time.monotonic()
             step(x0, y0)
@@ -160,7 +242,8 @@ def run_job(spec, go, stop, progress, out):
                                     "device": torch.cuda.get_device_name(dev) if cuda else "cpu"}))
     go.wait()
     start, cpu0 = time.monotonic(), os.times()
-    batches = (carpool_batches(spec) if spec["side"] in ("carpool", "drop", "sleep")
+    timing = {}
+    batches = (carpool_batches(spec, timing) if spec["side"] in ("carpool", "drop", "sleep")
                else baseline_batches(spec, tv, dev, torch, tv_first) if tv is not None
                else synthetic_batches(x0, y0))
     # Rates are steady-state on both sides: from the first batch's arrival, that batch not
@@ -170,30 +253,45 @@ def run_job(spec, go, stop, progress, out):
     go_t, first_t = start, None
     wait_s = 0.0  # time the training loop waited for its next batch, after the first
     waits = []  # each batch's wait, ms
+    step_call_s = 0.0  # in step(): launching the GPU work (and waiting, where torch blocks)
+    backlog, backlogs = [], []  # events of unfinished steps; their count after each step
     while True:
         t_wait = time.monotonic()
         try:
-            x, y = next(batches)
+            batch = next(batches)
         except StopIteration:
             break
+        if batch is None:  # carpool's end of data, before its loader closes
+            break
+        x, y = batch
         if first_t is not None:
             wait_s += time.monotonic() - t_wait
             waits.append(1e3 * (time.monotonic() - t_wait))
         if first_t is None:
             first_t = time.monotonic()
             start, images = first_t, -len(y)
+        t_step = time.monotonic()
         for _ in range(spec["repeat"] if step else 0):
             step(x, y)
             steps += 1
+        step_call_s += time.monotonic() - t_step
+        if cuda and step:  # the GPU's backlog: steps launched and not finished yet
+            backlog.append(torch.cuda.Event())
+            backlog[-1].record()
+            while backlog and backlog[0].query():
+                backlog.pop(0)
+            backlogs.append(len(backlog))
         if spec["sleep"]:
             time.sleep(spec.get("sleep_s") or step_s)
         images += len(y)
         progress[spec["job"]] = images
         if stop.is_set():
             break
+    t_sync = time.monotonic()
     if cuda:
         torch.cuda.synchronize()
     end = time.monotonic()
+    sync_s = end - t_sync
     # The DataLoader's workers come from a forkserver, so they are not this process's children:
     # read their CPU time before they exit (persistent workers live on the loader's iterator).
     worker_pids = [w.pid for w in getattr(getattr(tv, "_iterator", None), "_workers", [])]
@@ -203,7 +301,9 @@ def run_job(spec, go, stop, progress, out):
             forked_cpu += cpu_seconds(pid)
         except OSError:  # already gone: its time is lost, the figure is a lower bound
             pass
+    t_close = time.monotonic()
     batches.close()  # detaches from the server / joins the DataLoader's workers
+    close_s = time.monotonic() - t_close
     cpu1 = os.times()
     out.put(("done", spec["job"], {
         "job": spec["job"], "dataset": spec["dataset_key"], "images": images, "steps": steps,
@@ -214,7 +314,9 @@ def run_job(spec, go, stop, progress, out):
         "job_cpu_s": cpu1.user + cpu1.system - cpu0.user - cpu0.system,
         "workers_cpu_s": (forked_cpu + cpu1.children_user + cpu1.children_system
                           - cpu0.children_user - cpu0.children_system),
-        "workers": spec["workers"], "wait_ms": percentiles(waits)}))
+        "workers": spec["workers"], "wait_ms": percentiles(waits), "close_s": close_s,
+        "step_call_s": step_call_s, "final_sync_s": sync_s,
+        "gpu_backlog_steps": percentiles(backlogs), **timing}))
 
 
 def percentiles(xs):
@@ -375,7 +477,7 @@ class Bench:
              "classes": self.classes, "transform": a.transform, "socket": None,
              "prefetch": a.prefetch, "root": str(self.root), "seed": job + 1, "workers": 0,
              "warmup": a.warmup, "repeat": 1, "sleep": False,
-             "planned": a.epochs * size}
+             "planned": a.epochs * size, "tail": size % a.batch_size}
         s.update(kw)
         return s
 

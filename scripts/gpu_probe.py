@@ -10,7 +10,9 @@ against a fresh server for --max-seconds:
   sleep       the job sleeps one training step's time per batch and touches no GPU;
   train       ResNet-18 training on the batches (bench_gpu.py's n1 carpool side);
   train-cpu   the same training on host batches (device "cpu") copied to the GPU;
-  train-deep  train with 2x the look-ahead and prefetch.
+  train-deep  train with 2x the look-ahead and prefetch;
+  train-query, train-blocking: train, the loader's release thread polling its CUDA events
+              (query) or waiting on blocking-sync events, instead of cudaEventSynchronize.
 While a variant runs, the server's stats are read every 50 ms: the job's batches held by the
 client (unreleased), its decided-not-delivered queue, the samples being prepared. At the end the
 server's CPU time is split by thread name (/proc/PID/task/*/stat: carpool-worker, carpool-coord,
@@ -29,7 +31,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import bench_gpu as bg  # noqa: E402
 
-VARIANTS = ["drop", "sleep", "train", "train-cpu", "train-deep"]
+VARIANTS = ["drop", "sleep", "train", "train-cpu", "train-deep", "train-query", "train-blocking"]
 
 
 def thread_cpu(pid):
@@ -73,7 +75,7 @@ def worker_states(pid):
 class StatsSampler:
     """Reads the server's stats every `period` s from a thread, until stop()."""
 
-    def __init__(self, carpool, socket, pid, period=0.05):
+    def __init__(self, carpool, socket, pid, period=0.01):
         self.carpool, self.socket, self.pid, self.period = carpool, socket, pid, period
         self.rows, self._stop = [], threading.Event()
         self.states, self.cpu0 = {}, system_cpu()
@@ -81,9 +83,11 @@ class StatsSampler:
         self._thread.start()
 
     def _run(self):
+        from carpool.loader import _Client
+        client = _Client(self.socket, None)  # one connection for all the reads
         while not self._stop.wait(self.period):
             try:
-                s = self.carpool.server_stats(socket=self.socket)
+                s = client.stats()
             except Exception:  # the server is going away
                 return
             for k, v in worker_states(self.pid).items():
@@ -100,6 +104,7 @@ class StatsSampler:
                               "workers_busy": s.get("workers_busy", 0),
                               "worker_queue": s.get("worker_queue", 0),
                               "lock_wait_s": s.get("worker_lock_wait_seconds", 0.0),
+                              "phases": s.get("worker_phases", {}),
                               "coordinator_s": s.get("coordinator_seconds", 0.0)})
 
     def stop(self):
@@ -120,6 +125,9 @@ class StatsSampler:
                 "worker_queue")
         out = {k: statistics.mean(r[k] for r in self.rows) for k in keys}
         out["unreleased_full_pct"] = None
+        names = sorted({k for r in self.rows for k in r["phases"]})
+        out["worker_phases"] = {k: statistics.mean(r["phases"].get(k, 0) for r in self.rows)
+                                for k in names}
         return out
 
 
@@ -133,6 +141,8 @@ def run_variant(bench, name, args):
         kw = {"loader_device": "cpu"}
     if name == "train-deep":
         kw = {"prefetch": 2 * args.prefetch}
+    if name in ("train-query", "train-blocking"):
+        kw = {"release_mode": name.split("-")[1]}
     spec = bench.spec(side, 0, "all", **kw)
     saved = args.lookahead
     if name == "train-deep":
@@ -165,9 +175,13 @@ def run_variant(bench, name, args):
     wall = r["seconds"]
     cores = {k: v / wall for k, v in cpu.items() if v > 0}
     out = {"variant": name, "images_per_s": r["images_per_s"], "wait_fraction": r["wait_fraction"],
-           "wait_ms": r["wait_ms"], "prefetch": prefetch, "samples": len(rows), **means,
+           "wait_ms": r["wait_ms"], "prefetch": prefetch, "stats_samples": len(rows), **means,
            "server_cores_by_thread": cores, "job_cpu_s": r["job_cpu_s"], "seconds": wall,
-           "machine": box["sampler"].machine, "worker_states_pct": box["sampler"].worker_states_pct}
+           "machine": box["sampler"].machine, "worker_states_pct": box["sampler"].worker_states_pct,
+           "series": rows,
+           **{k: r.get(k) for k in ("close_s", "close_releaser_s", "close_job_s", "close_rest_s",
+                                   "fetch_s", "step_call_s", "final_sync_s", "gpu_backlog_steps", "arrivals", "releases",
+                                   "start", "end")}}
     w = r["wait_ms"] or {}
     print(f"{name:10} {r['images_per_s']:7.0f} img/s  waited {100 * (r['wait_fraction'] or 0):3.0f}%"
           f" (per batch p50 {w.get('p50', 0):.1f} p90 {w.get('p90', 0):.1f} ms)  held by job "
@@ -182,6 +196,16 @@ def run_variant(bench, name, args):
           f"queued {means.get('worker_queue', 0):.0f}, waiting for the engine lock "
           f"{means.get('lock_wait_threads', 0):.2f} threads; worker threads " + ", ".join(
               f"{k} {v:.0f}%" for k, v in list(out["worker_states_pct"].items())[:5]), flush=True)
+    print(f"{'':10} workers by phase (mean): " + ", ".join(
+        f"{k} {v:.1f}" for k, v in sorted(means.get("worker_phases", {}).items(),
+                                          key=lambda kv: -kv[1]) if v >= 0.05), flush=True)
+    print(f"{'':10} GPU backlog after a step (steps) {r.get('gpu_backlog_steps')}, final "
+          f"synchronize {r.get('final_sync_s') or 0:.3f} s", flush=True)
+    print(f"{'':10} in step() {r.get('step_call_s') or 0:.2f} s, the loader's own waits for "
+          f"batches {r.get('fetch_s') or 0:.2f} s of "
+          f"{wall:.2f} s; close {r.get('close_s') or 0:.3f} s (release thread "
+          f"{r.get('close_releaser_s') or 0:.3f}, job {r.get('close_job_s') or 0:.3f}, rest "
+          f"{r.get('close_rest_s') or 0:.3f})", flush=True)
     return out
 
 
@@ -209,8 +233,9 @@ def main():
         report.update(device=ready[0]["device"], gpu_rate=results[0]["images_per_s"],
                       step_s=ready[0]["step_s"])
         print(f"{ready[0]['device']}: GPU training rate on synthetic input "
-              f"{results[0]['images_per_s']:.0f} img/s, one step {1e3 * ready[0]['step_s']:.1f} ms",
-              flush=True)
+              f"{results[0]['images_per_s']:.0f} img/s, one step {1e3 * ready[0]['step_s']:.1f} ms; "
+              f"in step() {results[0]['step_call_s']:.2f} s of {results[0]['seconds']:.2f} s, GPU "
+              f"backlog (steps) {results[0]['gpu_backlog_steps']}", flush=True)
         for name in args.variants:
             try:
                 report["variants"].append(run_variant(bench, name, args))

@@ -34,6 +34,7 @@
 #include "server/sample_states.h"
 #include "server/scheduler.h"
 #include "server/transform.h"
+#include "server/worker_phases.h"
 #include "server/worker_pool.h"
 
 namespace carpool {
@@ -168,6 +169,7 @@ class Engine : public JobService {
   // Time worker tasks waited to take mu_ (LockFromWorker): contention on the engine's lock.
   std::atomic<uint64_t> worker_lock_wait_ns_{0};
   std::unique_lock<std::mutex> LockFromWorker();  // mu_, its wait counted
+  WorkerPhases phases_;  // workers in each phase of their tasks, for the stats
 
   std::unique_ptr<WorkerPool> workers_;
   std::thread coordinator_;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cache/sample_cache.h"
@@ -46,6 +47,7 @@ struct EngineSnapshot {
   double cpu_seconds = 0, coordinator_seconds = 0;
   size_t workers_busy = 0, worker_queue = 0;  // threads in a task; tasks waiting for one
   double worker_lock_wait_seconds = 0;        // worker tasks waiting for the engine's lock
+  std::vector<std::pair<std::string, int32_t>> worker_phases;  // workers in each phase now
   std::vector<GpuCounters> gpus;  // one per GPU served
 
   uint64_t preparations() const { return cached_preparations + transient_preparations; }

@@ -70,6 +70,7 @@ EngineSnapshot Engine::SnapshotLocked() const {
   const WorkerPool::Load load = workers_->CurrentLoad();  // lock order: mu_, then the pool's
   s.workers_busy = load.busy;
   s.worker_queue = load.queued;
+  for (const auto& [name, count] : phases_.Now()) s.worker_phases.emplace_back(name, count);
   s.worker_lock_wait_seconds =
       static_cast<double>(worker_lock_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
   for (const auto& gpu : gpus_) s.gpus.push_back(gpu->Counters());
@@ -118,6 +119,8 @@ Json ServerJson(const EngineSnapshot& s) {
     tree.push_back(
         {{"job", n.job}, {"remaining", n.remaining}, {"spine", n.spine}, {"leaf", n.leaf}});
   }
+  Json phases = Json::object();
+  for (const auto& [name, count] : s.worker_phases) phases[name] = count;
   Json gpus = Json::array();
   for (const GpuCounters& g : s.gpus) {
     gpus.push_back({{"device", g.device},
@@ -174,6 +177,7 @@ Json ServerJson(const EngineSnapshot& s) {
           {"workers_busy", s.workers_busy},
           {"worker_queue", s.worker_queue},
           {"worker_lock_wait_seconds", s.worker_lock_wait_seconds},
+          {"worker_phases", phases},
           {"gpus", std::move(gpus)}};
 }
 

@@ -16,6 +16,7 @@ namespace carpool {
 
 std::unique_lock<std::mutex> Engine::LockFromWorker() {
   const auto begin = std::chrono::steady_clock::now();
+  WorkerPhases::Scope phase(phases_, WorkerPhase::kLock);
   std::unique_lock lock(mu_);
   worker_lock_wait_ns_.fetch_add(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin)
@@ -36,13 +37,17 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
     }
     wake_.notify_one();
   };
-  Result<std::vector<uint8_t>> bytes = reader_.Read(src.record);
+  Result<std::vector<uint8_t>> bytes = [&] {
+    WorkerPhases::Scope phase(phases_, WorkerPhase::kRead);
+    return reader_.Read(src.record);
+  }();
   Result<PreparedShape> shape = bytes.ok() ? PreparedShapeFor(src.spec, *bytes, src.raw_shape)
                                            : Result<PreparedShape>(bytes.status());
   if (!shape.ok()) return finish([&] { MarkBad(sample, src, shape.status()); });
   Result<cache::SampleCache::Allocation> slot = Status::Internal("not allocated");
   {
     std::unique_lock lock = LockFromWorker();  // Allocate may ask the scheduler for next uses
+    WorkerPhases::Scope phase(phases_, WorkerPhase::kAllocate);
     slot = cache_->Allocate(sample, shape->bytes());
   }
   if (!slot.ok()) {
@@ -60,12 +65,18 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
       }
     });
   }
-  Result<PreparedShape> written = PrepareInto(src.spec, *bytes, slot->data, src.raw_shape);
+  Result<PreparedShape> written = [&] {
+    WorkerPhases::Scope phase(phases_, WorkerPhase::kDecode);
+    return PrepareInto(src.spec, *bytes, slot->data, src.raw_shape);
+  }();
   if (!written.ok()) {
     (void)cache_->Abort(sample);
     return finish([&] { MarkBad(sample, src, written.status()); });
   }
-  Result<cache::SlotRef> committed = cache_->Commit(sample);
+  Result<cache::SlotRef> committed = [&] {
+    WorkerPhases::Scope phase(phases_, WorkerPhase::kCommit);
+    return cache_->Commit(sample);
+  }();
   finish([&] {
     if (!committed.ok()) {
       log::Error("sample {}: {}", sample, committed.status().ToString());
@@ -107,7 +118,10 @@ void Engine::Assemble(BatchTask task) {
       }
       view = {data->data(), item.shape};
     } else {
-      Result<PreparedImage> image = PrepareTransient(*item.source);
+      Result<PreparedImage> image = [&] {
+        WorkerPhases::Scope phase(phases_, WorkerPhase::kTransient);
+        return PrepareTransient(*item.source);
+      }();
       if (!image.ok()) {
         unreadable.emplace_back(item.sample, image.status());
         ++skipped;
@@ -156,8 +170,10 @@ void Engine::Assemble(BatchTask task) {
       request.labels = labels;
       request.slots = job.device_slots.get();
       request.slot = task.slot.index;
+      WorkerPhases::Scope phase(phases_, WorkerPhase::kGpuBuild);
       assembled = job.gpu->Build(request);
     } else {
+      WorkerPhases::Scope phase(phases_, WorkerPhase::kAssemble);
       assembled = AssembleBatch(job.transform, views, seeds, base + full.images_offset,
                                 full.images_bytes)
                       .status();
@@ -180,6 +196,7 @@ void Engine::Assemble(BatchTask task) {
     ++unpinned;
   }
   bool delivered = false;
+  std::optional<WorkerPhases::Scope> delivering(std::in_place, phases_, WorkerPhase::kDeliver);
   Result<uint64_t> generation = job.pool->Publish(task.slot.index);
   if (generation.ok()) {
     protocol::BatchReady ready = MakeBatchReady(job.id, task.slot.index, *generation, task.epoch,
@@ -199,6 +216,7 @@ void Engine::Assemble(BatchTask task) {
                job.id, task.batch_index, task.epoch, n, generation.status().ToString());
     skipped += n;  // consumed, never delivered
   }
+  delivering.reset();
 
   {
     std::unique_lock lock = LockFromWorker();
