@@ -352,11 +352,14 @@ void Engine::TryBuildBatch(Job& job) {
   if (decisions.size() < b && job.request.drop_last) {
     Status consumed = scheduler_->Consume(job.sched, decisions.size(), Now());
     if (!consumed.ok()) log::Error("job {}: {}", job.id, consumed.ToString());
+    job.front_prepared = 0;
+    job.front_scanned = false;
     job.dropped += decisions.size();
     job.consumed += decisions.size();
     return;
   }
   const bool use_cache = options_.cache_bytes > 0;
+  if (use_cache && !FrontBatchPrepared(job, decisions)) return;
   BatchTask task;
   task.job = &job;
   task.epoch = job.epoch;
@@ -414,9 +417,30 @@ void Engine::TryBuildBatch(Job& job) {
   }
   task.slot = *slot;
   task.batch_index = job.next_batch++;
+  job.front_prepared = 0;  // the next batch is the front now
+  job.front_scanned = false;
   job.assembling = true;
   workers_->Post(WorkerPool::Priority::kHigh,
                  [this, t = std::move(task)]() mutable { Assemble(std::move(t)); });
+}
+
+bool Engine::FrontBatchPrepared(Job& job, const std::vector<Decision>& decisions) {
+  // Called at every coordinator pass (one per preparation finished): resuming the scan keeps a
+  // pass O(samples prepared since the last one) instead of O(batch size).
+  bool prepared = true;
+  for (size_t i = job.front_prepared; i < decisions.size(); ++i) {
+    const SampleState state = states_.Get(decisions[i].sample);
+    if (state == SampleState::kQueued) StartPreparation(decisions[i].sample);
+    if (state != SampleState::kQueued && state != SampleState::kPreparing) continue;
+    if (prepared) job.front_prepared = i;
+    prepared = false;
+    // The first scan started every preparation the batch needs; later ones stop at the first
+    // sample still being prepared (one that fell back to queued is started when reached).
+    if (job.front_scanned) break;
+  }
+  job.front_scanned = true;
+  if (prepared) job.front_prepared = decisions.size();
+  return prepared;
 }
 
 void Engine::FinishIfDone(Job& job) {

@@ -118,6 +118,9 @@ class Engine : public JobService {
   void TryBuildBatch(Job& job);
   void FinishIfDone(Job& job);
   bool Ready(uint32_t sample) const;  // REQUIRES: mu_
+  // Whether every sample of the job's front batch (`decisions`) is prepared (cached, transient or
+  // bad); starts the preparations it lacks. REQUIRES: mu_. Cost: O(samples not known prepared).
+  bool FrontBatchPrepared(Job& job, const std::vector<Decision>& decisions);
   void MarkBad(uint32_t sample, const SampleSource& source, const Status& status);  // mu_
   // Logs a bookkeeping transition that failed (a bug, never expected). REQUIRES: mu_.
   void Check(const Status& transition) const;

@@ -39,6 +39,11 @@ struct Engine::Job {
   uint64_t skipped = 0;  // unreadable samples, or ones its transform cannot take, left out
   uint64_t dropped = 0;  // samples of last partial batches dropped (drop_last)
   bool assembling = false;  // a batch task is queued or running; at most one per job
+  // The front batch's readiness scan (TryBuildBatch), resumed where the last one stopped: its
+  // first `front_prepared` samples were prepared then, and after the first scan every sample of
+  // it had its preparation started. Reset when the front batch changes.
+  size_t front_prepared = 0;
+  bool front_scanned = false;
   bool removed = false;     // RemoveJob has begun: build nothing more
   bool done = false;        // end-of-data sent and the job left the scheduler
   bool misfit_logged = false;  // a sample its transform cannot take was logged (once per job)

@@ -161,6 +161,13 @@ Result<std::unique_ptr<CudaGpuService>> CudaGpuService::Create(int device,
                          : fmt::format(" (0..{})", devices->size() - 1)));
   }
   if (Status s = OnDevice(device); !s.ok()) return s;
+  // A thread waiting for its batch's GPU work sleeps instead of spinning: the workers need every
+  // core (the default spins while fewer contexts than cores exist).
+  if (Status s = gpu::CudaCheck(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync),
+                                "cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync)");
+      !s.ok()) {
+    log::Warn("GPU {}: {}; waits for the GPU will spin", device, s.ToString());
+  }
   char pci[32] = {0};
   if (Status s = gpu::CudaCheck(cudaDeviceGetPCIBusId(pci, sizeof(pci), device),
                                 "cudaDeviceGetPCIBusId");
