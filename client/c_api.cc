@@ -104,6 +104,9 @@ carpool_status carpool_job_create(carpool_client* client, const carpool_job_opti
     if (o->silence_timeout_ms != 0) {
       options.silence_timeout = std::chrono::milliseconds(o->silence_timeout_ms);
     }
+    if (o->job_key != nullptr) options.job_key = o->job_key;
+    options.rank = o->rank;
+    options.world_size = o->world_size == 0 ? 1 : o->world_size;
     auto job = client->impl->CreateJob(options);
     if (!job.ok()) return Fail(job.status());
     *out = new carpool_job{std::move(*job)};

@@ -123,6 +123,9 @@ void Put(Writer& w, const CreateJob& m) {
   w.Int(m.prefetch);
   w.Int(static_cast<uint8_t>(m.drop_last));
   w.Int(m.seed);
+  w.Str(m.job_key);
+  w.Int(m.rank);
+  w.Int(m.world_size);
 }
 void Get(Reader& r, CreateJob& m) {
   m.dataset = r.Str("dataset", kMaxNameBytes);
@@ -133,6 +136,18 @@ void Get(Reader& r, CreateJob& m) {
   m.prefetch = r.Int<uint32_t>("prefetch");
   m.drop_last = r.Bool("drop_last");
   m.seed = r.Int<uint64_t>("seed");
+  m.job_key = r.Str("job_key", kMaxNameBytes);
+  m.rank = r.Int<uint32_t>("rank");
+  m.world_size = r.Int<uint32_t>("world_size");
+  if (m.world_size == 0 || m.world_size > kMaxWorldSize) {
+    r.Fail(fmt::format("world_size is {}, expected 1..{}", m.world_size, kMaxWorldSize));
+  } else if (m.rank >= m.world_size) {
+    r.Fail(fmt::format("rank is {}, expected 0..{} (world_size {})", m.rank, m.world_size - 1,
+                       m.world_size));
+  } else if (m.world_size > 1 && m.job_key.empty()) {
+    r.Fail(fmt::format("world_size is {} but job_key is empty; the ranks of one job join with a "
+                       "common key", m.world_size));
+  }
 }
 
 void Put(Writer& w, const JobInfo& m) {

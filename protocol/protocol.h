@@ -22,7 +22,9 @@
 namespace carpool::protocol {
 
 inline constexpr uint32_t kFrameMagic = 0x4C505243;  // "CRPL" as little-endian bytes
-inline constexpr uint16_t kProtocolVersion = 2;  // 2: device batch slots (CUDA IPC)
+// 2: device batch slots (CUDA IPC); 3: data-parallel ranks (CreateJob job_key, rank, world_size)
+inline constexpr uint16_t kProtocolVersion = 3;
+inline constexpr uint32_t kMaxWorldSize = 4096;
 inline constexpr size_t kFrameHeaderBytes = 12;
 inline constexpr uint32_t kMaxPayloadBytes = 1u << 20;  // 1 MiB; larger frames are rejected
 inline constexpr uint32_t kMaxNameBytes = 256;          // dataset, device, segment names
@@ -74,6 +76,12 @@ struct CreateJob {
   uint32_t prefetch = 0;  // credits: batches the server may have unreleased at once
   bool drop_last = false;
   uint64_t seed = 0;
+  // A data-parallel job: world_size ranks that join with one job_key form one job whose global
+  // batch is world_size x batch_size; this rank gets slice `rank` of each. world_size 1: a job of
+  // its own (job_key ignored).
+  std::string job_key{};
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
   bool operator==(const CreateJob&) const = default;
 };
 

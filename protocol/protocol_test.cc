@@ -63,7 +63,8 @@ BatchReady SampleGpuBatchReady() {
 std::vector<Message> OneOfEach() {
   return {Hello{1234, "trainer-7"},
           HelloReply{"inst-1", 2000, kMaxPayloadBytes, 65536, 64},
-          CreateJob{"imagenet", 256, 2, "random_crop(224)|flip", "cuda:0", 4, true, 99},
+          CreateJob{"imagenet", 256, 2, "random_crop(224)|flip", "cuda:0", 4, true, 99, "", 0, 1},
+          CreateJob{"imagenet", 64, 1, "", "cuda:1", 8, false, 7, "torchelastic-run-3", 1, 4},
           SampleJobInfo(),
           SampleGpuJobInfo(),
           SampleBatchReady(),
@@ -187,7 +188,7 @@ TEST(ProtocolTest, RejectsOutOfRangeFields) {
   device_batch.device_labels_offset = 8192;
   EXPECT_FALSE(EncodeFrame(device_batch).ok());
 
-  CreateJob job{std::string(kMaxNameBytes + 1, 'x'), 1, 1, "", "cpu", 1, false, 0};
+  CreateJob job{std::string(kMaxNameBytes + 1, 'x'), 1, 1, "", "cpu", 1, false, 0, "", 0, 1};
   auto r = EncodeFrame(job);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("dataset"), std::string::npos);
@@ -201,9 +202,22 @@ TEST(ProtocolTest, RejectsOutOfRangeFields) {
 
   EXPECT_FALSE(EncodeFrame(Error{StatusCode::kOk, "no"}).ok());
   // A bool byte other than 0/1 on the wire.
-  std::vector<uint8_t> frame = *EncodeFrame(CreateJob{"d", 1, 1, "", "cpu", 1, true, 0});
-  frame[frame.size() - 9] = 7;
+  std::vector<uint8_t> frame = *EncodeFrame(CreateJob{"d", 1, 1, "", "cpu", 1, true, 0, "", 0, 1});
+  frame[frame.size() - 21] = 7;  // then seed (8), job_key (4 + 0), rank (4), world_size (4)
   ExpectRejected(frame, "drop_last");
+  // Data-parallel fields: a rank outside the world, an empty world, ranks without a key.
+  CreateJob ddp{"d", 1, 1, "", "cpu", 1, false, 0, "key", 2, 2};
+  auto bad_rank = EncodeFrame(ddp);
+  ASSERT_FALSE(bad_rank.ok());
+  EXPECT_NE(bad_rank.status().message().find("rank is 2"), std::string::npos);
+  ddp.rank = 0;
+  ddp.world_size = 0;
+  EXPECT_FALSE(EncodeFrame(ddp).ok());
+  ddp.world_size = 2;
+  ddp.job_key.clear();
+  auto no_key = EncodeFrame(ddp);
+  ASSERT_FALSE(no_key.ok());
+  EXPECT_NE(no_key.status().message().find("job_key"), std::string::npos);
   // A string length pointing past the end of the payload.
   std::vector<uint8_t> hello = *EncodeFrame(Hello{1, "abc"});
   hello[16] = 200;

@@ -99,11 +99,16 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     return Status::InvalidArgument(
         fmt::format("bad transform \"{}\": {}", request.transform, transform.status().message()));
   }
-  if (request.batch_size > options_.lookahead) {
+  const bool ranked = request.world_size > 1;
+  const uint64_t global_batch = uint64_t{request.batch_size} * std::max(1u, request.world_size);
+  if (global_batch > options_.lookahead) {
     return Status::InvalidArgument(fmt::format(
-        "batch size {} exceeds the server's look-ahead of {} samples; use a smaller batch or "
-        "restart the server with --lookahead {} or more",
-        request.batch_size, options_.lookahead, request.batch_size));
+        "{} {} exceeds the server's look-ahead of {} samples; use a smaller batch or restart the "
+        "server with --lookahead {} or more",
+        ranked ? fmt::format("the global batch ({} ranks x {})", request.world_size,
+                             request.batch_size)
+               : fmt::format("batch size {}", request.batch_size),
+        global_batch, options_.lookahead, global_batch));
   }
   Result<DatasetSamples> dataset = Status::Internal("not loaded");
   {
@@ -154,9 +159,10 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   info.dataset_size = job->dataset_size;
   info.batch_size = request.batch_size;
   info.epochs = request.epochs;
+  // A rank gets one batch per global batch: every rank the same number.
   info.batches_per_epoch = request.drop_last
-                               ? job->dataset_size / request.batch_size
-                               : (job->dataset_size + request.batch_size - 1) / request.batch_size;
+                               ? job->dataset_size / global_batch
+                               : (job->dataset_size + global_batch - 1) / global_batch;
   if (image->layout == Layout::kNCHW) {
     info.sample_shape = {static_cast<uint32_t>(image->channels),
                          static_cast<uint32_t>(image->height), static_cast<uint32_t>(image->width)};
@@ -184,12 +190,20 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     const uint64_t prefetch_samples =
         std::min<uint64_t>(options_.lookahead, uint64_t{request.prefetch + 1} * request.batch_size);
     job->created = Now();
-    Status added = scheduler_->AddJob(job->sched, dataset->info.ids, request.epochs,
-                                      prefetch_samples, job->created);
-    if (!added.ok()) return added;
-    log::Info("job {}: dataset \"{}\" ({} samples), batch {}, {} epoch(s), transform \"{}\", {}",
+    if (ranked) {
+      job->sched = 0;  // the group's, once every rank has joined
+      if (Status joined = JoinGroup(*job, dataset->info.ids); !joined.ok()) return joined;
+    } else {
+      Status added = scheduler_->AddJob(job->sched, dataset->info.ids, request.epochs,
+                                        prefetch_samples, job->created);
+      if (!added.ok()) return added;
+    }
+    log::Info("job {}: dataset \"{}\" ({} samples), batch {}, {} epoch(s), transform \"{}\", {}{}",
               job->id, request.dataset, job->dataset_size, request.batch_size, request.epochs,
-              transform->ToString(), job->gpu ? fmt::format("cuda:{}", *device) : "cpu");
+              transform->ToString(), job->gpu ? fmt::format("cuda:{}", *device) : "cpu",
+              ranked ? fmt::format(", rank {} of {} of job \"{}\"", request.rank,
+                                   request.world_size, request.job_key)
+                     : std::string());
     jobs_[job->id] = std::move(job);
     ++jobs_created_;
     woken_ = true;
@@ -221,7 +235,9 @@ void Engine::RemoveJob(uint64_t job_id) {
     j.removed = true;
     // The batch in flight, if any, still calls the sink; wait for it (milliseconds).
     assembled_.wait(lock, [&j] { return !j.assembling; });
-    if (scheduler_->Contains(j.sched)) {
+    if (j.group != nullptr) {
+      LeaveGroup(j);
+    } else if (scheduler_->Contains(j.sched)) {
       Status removed = scheduler_->RemoveJob(j.sched);
       if (!removed.ok()) log::Error("job {}: {}", job_id, removed.ToString());
     }
@@ -297,6 +313,7 @@ void Engine::Step() {
     }
   }
   FeedPreparation();
+  if (!groups_.empty()) CheckGroups();
   for (auto& [id, job] : jobs_) {
     if (job->removed || job->done || job->assembling) continue;
     TryBuildBatch(*job);
@@ -344,12 +361,16 @@ void Engine::TryBuildBatch(Job& job) {
   if (job.pool->FreeCount() == 0) return;  // no credit
   std::vector<Decision> decisions;
   const uint32_t b = job.request.batch_size;
-  if (!scheduler_->NextBatch(job.sched, b, &decisions) || decisions.empty()) return;
+  if (job.group != nullptr) {
+    if (!RankSlice(job, &decisions)) return;
+  } else if (!scheduler_->NextBatch(job.sched, b, &decisions) || decisions.empty()) {
+    return;
+  }
   if (decisions.front().epoch != job.epoch) {
     job.epoch = decisions.front().epoch;
     job.next_batch = 0;
   }
-  if (decisions.size() < b && job.request.drop_last) {
+  if (job.group == nullptr && decisions.size() < b && job.request.drop_last) {
     Status consumed = scheduler_->Consume(job.sched, decisions.size(), Now());
     if (!consumed.ok()) log::Error("job {}: {}", job.id, consumed.ToString());
     job.front_prepared = 0;
@@ -419,6 +440,7 @@ void Engine::TryBuildBatch(Job& job) {
   task.batch_index = job.next_batch++;
   job.front_prepared = 0;  // the next batch is the front now
   job.front_scanned = false;
+  if (job.group != nullptr) job.group->taken[job.rank] = true;
   job.assembling = true;
   workers_->Post(WorkerPool::Priority::kHigh,
                  [this, t = std::move(task)]() mutable { Assemble(std::move(t)); });
@@ -444,6 +466,10 @@ bool Engine::FrontBatchPrepared(Job& job, const std::vector<Decision>& decisions
 }
 
 void Engine::FinishIfDone(Job& job) {
+  if (job.group != nullptr) {
+    FinishRankIfDone(job);
+    return;
+  }
   if (job.assembling || job.done || !scheduler_->Contains(job.sched) ||
       !scheduler_->Finished(job.sched)) {
     return;

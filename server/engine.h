@@ -53,6 +53,8 @@ struct EngineOptions {
   std::chrono::milliseconds tick{5};  // the coordinator's longest sleep between wakes
   std::vector<int> gpus;               // CUDA devices served (--gpus); empty: CPU batches only
   uint64_t gpu_cache_bytes = kDefaultGpuCacheBytes;  // resident sample area per GPU
+  // A data-parallel job whose ranks have not all joined this long after its first fails.
+  std::chrono::milliseconds rank_join_timeout{60000};
 };
 
 class Engine : public JobService {
@@ -81,6 +83,7 @@ class Engine : public JobService {
 
  private:
   struct Job;
+  struct Group;  // the ranks of a data-parallel job (engine_job.h, engine_groups.cc)
   // One sample of a batch being built: read from the cache (pinned) or prepared by the assembler.
   struct BatchItem {
     uint32_t sample = 0;
@@ -122,6 +125,18 @@ class Engine : public JobService {
   // bad); starts the preparations it lacks. REQUIRES: mu_. Cost: O(samples not known prepared).
   bool FrontBatchPrepared(Job& job, const std::vector<Decision>& decisions);
   void MarkBad(uint32_t sample, const SampleSource& source, const Status& status);  // mu_
+
+  // Data-parallel jobs (engine_groups.cc). All REQUIRE mu_.
+  // Adds `job` (a rank) to its key's group; the last rank to join adds the group to the scheduler.
+  Status JoinGroup(Job& job, const Roaring& ids);
+  // The rank's slice of the front global batch, taking that batch from the scheduler first;
+  // false when the rank has nothing to build now.
+  bool RankSlice(Job& job, std::vector<Decision>* slice);
+  void SliceAssembled(Job& job);  // after its batch task; the last slice consumes the batch
+  bool FinishRankIfDone(Job& job);  // sends end-of-data once the group's data is all delivered
+  void LeaveGroup(Job& job);      // RemoveJob of a rank: an early leave fails the others
+  void FailGroup(Group& group, const Status& why);
+  void CheckGroups();  // fails groups whose ranks did not all join in time
   // Logs a bookkeeping transition that failed (a bug, never expected). REQUIRES: mu_.
   void Check(const Status& transition) const;
 
@@ -156,6 +171,7 @@ class Engine : public JobService {
   std::vector<std::unique_ptr<GpuService>> gpus_;
   SampleTable samples_;                        // GUARDED_BY(mu_)
   std::map<uint64_t, std::unique_ptr<Job>> jobs_;  // GUARDED_BY(mu_)
+  std::map<std::string, std::unique_ptr<Group>> groups_;  // GUARDED_BY(mu_), by job key
   uint32_t next_job_id_ = 1;                       // GUARDED_BY(mu_)
   SampleStates states_;  // GUARDED_BY(mu_): queued, preparing, cached, transient or bad
   size_t prep_outstanding_ = 0;

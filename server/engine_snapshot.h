@@ -27,6 +27,10 @@ struct JobSnapshot {
   uint32_t prefetch = 0, unreleased = 0;
   bool assembling = false, done = false;
   std::string device;  // "cpu" or "cuda:N"
+  // A rank of a data-parallel job (world_size > 1): its key, and the group's padded entries.
+  std::string job_key;
+  uint32_t rank = 0, world_size = 1;
+  uint64_t padded = 0;
 };
 
 struct EngineSnapshot {

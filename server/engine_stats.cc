@@ -21,8 +21,10 @@ JobSnapshot Engine::SnapshotJob(const Job& job) const {
     j.queue_depth = s->queued;
     j.rate = s->rate;
   }
+  // A rank's share of its job's entries is 1 / world_size.
   const uint64_t total = uint64_t{job.request.epochs} * job.dataset_size;
-  j.progress = total == 0 ? 0.0 : static_cast<double>(job.consumed) / total;
+  j.progress = total == 0 ? 0.0
+                          : static_cast<double>(job.consumed) * job.request.world_size / total;
   j.id = job.id;
   j.dataset = job.request.dataset;
   j.batch_size = job.request.batch_size;
@@ -37,6 +39,12 @@ JobSnapshot Engine::SnapshotJob(const Job& job) const {
   j.assembling = job.assembling;
   j.done = job.done;
   j.device = job.gpu ? fmt::format("cuda:{}", job.gpu->device()) : "cpu";
+  if (job.group != nullptr) {
+    j.job_key = job.group->key;
+    j.rank = job.rank;
+    j.world_size = job.group->world_size();
+    j.padded = job.group->padded;
+  }
   return j;
 }
 
@@ -108,7 +116,11 @@ Json JobJson(const JobSnapshot& j) {
           {"unreleased", j.unreleased},
           {"assembling", j.assembling},
           {"done", j.done},
-          {"device", j.device}};
+          {"device", j.device},
+          {"job_key", j.job_key},
+          {"rank", j.rank},
+          {"world_size", j.world_size},
+          {"padded", j.padded}};
 }
 
 Json ServerJson(const EngineSnapshot& s) {

@@ -230,8 +230,12 @@ void Engine::Assemble(BatchTask task) {
       log::Warn("job {}: samples are skipped for this job: {}", job.id, misfit->ToString());
     }
     transient_preparations_ += transient;
-    Status consumed = scheduler_->Consume(job.sched, task.decisions, Now());
-    if (!consumed.ok()) log::Error("job {}: {}", job.id, consumed.ToString());
+    if (job.group != nullptr) {
+      SliceAssembled(job);  // the group consumes its global batch once every slice is built
+    } else {
+      Status consumed = scheduler_->Consume(job.sched, task.decisions, Now());
+      if (!consumed.ok()) log::Error("job {}: {}", job.id, consumed.ToString());
+    }
     job.consumed += task.decisions;
     job.skipped += skipped;
     skipped_ += skipped;

@@ -56,6 +56,10 @@ int Consume(int argc, char** argv) {
       "cpu, or cuda:N for batches built in device memory on GPU N (default cpu)")(
       "drop-last", po::bool_switch(&job_options.drop_last), "drop each epoch's partial batch")(
       "seed", po::value(&job_options.seed), "the job's transform seed (default 0)")(
+      "rank", po::value(&job_options.rank), "this rank of a data-parallel job (default 0)")(
+      "world-size", po::value(&job_options.world_size),
+      "ranks of the data-parallel job; they join with one --job-key (default 1)")(
+      "job-key", po::value(&job_options.job_key), "the data-parallel job's key, shared by its ranks")(
       "step-ms", po::value(&step_ms), "sleep this long per batch, standing in for training")(
       "ids-out", po::value(&ids_out), "write epoch,sample_id,label per delivered sample")(
       "json", "print a JSON summary")(

@@ -136,7 +136,7 @@ void InstallCrashReport() {
 
 int Serve(int argc, char** argv) {
   std::string state_dir, socket, cache_size = "1GiB", policy = "refcnt", lease = "2s";
-  std::string gpus = "all", gpu_cache_size = "2GiB", metrics;
+  std::string gpus = "all", gpu_cache_size = "2GiB", metrics, rank_join_timeout = "60s";
   uint32_t workers = 0;
   uint64_t lookahead = kDefaultLookahead, seed = 1;
   po::options_description opts;
@@ -156,7 +156,10 @@ int Serve(int argc, char** argv) {
       "gpu-cache-size", po::value(&gpu_cache_size),
       "device-resident sample area per GPU, e.g. 4GiB; 0 = upload every use (default 2GiB)")(
       "metrics", po::value(&metrics),
-      "serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 (default off)");
+      "serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 (default off)")(
+      "rank-join-timeout", po::value(&rank_join_timeout),
+      "fail a data-parallel job whose ranks have not all joined this long after the first, e.g. "
+      "60s (default 60s)");
   po::variables_map vm;
   if (auto rc = ParseCommandLine(argc, argv, "carpool server", kUsage, opts, &vm)) return *rc;
   InstallCrashReport();
@@ -169,6 +172,10 @@ int Serve(int argc, char** argv) {
   eo.policy = *p;
   Result<std::chrono::milliseconds> lease_ms = ParseDuration("--lease", lease);
   if (!lease_ms.ok()) return Fail(lease_ms.status());
+  Result<std::chrono::milliseconds> join_ms =
+      ParseDuration("--rank-join-timeout", rank_join_timeout);
+  if (!join_ms.ok()) return Fail(join_ms.status());
+  eo.rank_join_timeout = *join_ms;
   if (lookahead == 0) return Fail(Status::InvalidArgument("--lookahead must be at least 1"));
   if (workers > kMaxWorkers) {
     return Fail(Status::InvalidArgument(fmt::format(

@@ -36,6 +36,11 @@ typedef struct carpool_job_options {
   int32_t drop_last;     /* 0 or 1 */
   uint64_t seed;
   uint32_t silence_timeout_ms; /* 0 means 10000 */
+  /* Data-parallel jobs: world_size ranks with one job_key form one job (global batch world_size x
+     batch_size, rank r gets slice r of each). world_size 0 or 1: a job of its own. */
+  const char* job_key;   /* NULL means none */
+  uint32_t rank;
+  uint32_t world_size;
 } carpool_job_options;
 
 typedef struct carpool_job_info {

@@ -56,6 +56,12 @@ struct JobOptions {
   uint32_t prefetch = 4;       // batches the server may prepare ahead (credits), 1..server limit
   bool drop_last = false;      // drop the last, partial batch of each epoch
   uint64_t seed = 0;           // the job's own transform randomness
+  // Data-parallel (DDP) jobs: world_size ranks that pass the same job_key form one job; its
+  // global batch is world_size x batch_size and rank r gets slice r of each (DistributedSampler's
+  // split). Every rank gets the same number of batches per epoch. world_size 1: a job of its own.
+  std::string job_key{};
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
   // Silence from the server longer than this fails calls with kUnavailable. The server answers
   // every heartbeat, so silence means it is gone or hung.
   std::chrono::milliseconds silence_timeout{10000};

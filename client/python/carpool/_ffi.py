@@ -49,6 +49,9 @@ class JobOptions(ctypes.Structure):
         ("drop_last", ctypes.c_int32),
         ("seed", ctypes.c_uint64),
         ("silence_timeout_ms", ctypes.c_uint32),
+        ("job_key", ctypes.c_char_p),
+        ("rank", ctypes.c_uint32),
+        ("world_size", ctypes.c_uint32),
     ]
 
 

@@ -167,6 +167,55 @@ class _GpuReleaser:
             self._thread.join()
 
 
+_DDP_LOADERS = [0]  # data-parallel loaders made by this process: part of their default keys
+
+
+def _ddp_identity(dataset, rank, world_size, job_key):
+    """(rank, world_size, job_key) of a loader: the arguments, else torchrun's environment (RANK,
+    WORLD_SIZE, TORCHELASTIC_RUN_ID with MASTER_ADDR/MASTER_PORT), else a job of its own."""
+    env = os.environ
+    if world_size is None:
+        world_size = int(env.get("WORLD_SIZE", "1") or 1)
+    if rank is None:
+        rank = int(env.get("RANK", "0") or 0) if world_size > 1 else 0
+    world_size, rank = int(world_size), int(rank)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise CarpoolError(f"rank {rank} of world_size {world_size}: need world_size >= 1 and "
+                           "0 <= rank < world_size", 1)
+    if world_size == 1:
+        return 0, 1, None
+    local = int(env.get("LOCAL_WORLD_SIZE", world_size) or world_size)
+    if local != world_size and "RANK" in env and job_key is None:
+        raise CarpoolError(
+            f"WORLD_SIZE {world_size} spans several nodes (LOCAL_WORLD_SIZE {local}); carpool "
+            "serves one node's ranks as one job, and the cross-node partition is not built yet: "
+            "pass rank=LOCAL_RANK, world_size=LOCAL_WORLD_SIZE and a job_key per node", 12)
+    if job_key is None:
+        run = env.get("TORCHELASTIC_RUN_ID")
+        master = f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
+        if run is None and master == ":":
+            raise CarpoolError(f"world_size {world_size} needs a job_key shared by the job's "
+                               "ranks (none given, and no torchrun environment to derive one)", 1)
+        # Every rank makes its loaders in the same order, so the n-th one names the same job.
+        job_key = f"{run or 'none'}@{master}/{dataset}/{_DDP_LOADERS[0]}"
+        _DDP_LOADERS[0] += 1
+    return rank, world_size, str(job_key)
+
+
+def _default_device(world_size, socket, state_dir):
+    """"cuda:LOCAL_RANK" for a torchrun rank where this process sees GPUs and the server serves
+    that one; "cpu" otherwise."""
+    local_rank = os.environ.get("LOCAL_RANK")
+    if world_size == 1 or local_rank is None or torch is None or not torch.cuda.is_available():
+        return "cpu"
+    device = f"cuda:{int(local_rank)}"
+    try:
+        served = {g.get("device") for g in server_stats(socket, state_dir).get("gpus", [])}
+    except CarpoolError:
+        return "cpu"  # the loader's own connection reports the server's state
+    return device if int(local_rank) in served else "cpu"
+
+
 def _parse_device(device):
     """"cpu" -> -1, "cuda" -> 0, "cuda:N" / torch.device -> N; ValueError otherwise."""
     text = str(device)
@@ -218,9 +267,12 @@ class Loader:
     independent (ctypes drops the GIL while a step waits).
     """
 
-    def __init__(self, dataset, batch_size=32, epochs=1, transform="", device="cpu",
+    def __init__(self, dataset, batch_size=32, epochs=1, transform="", device=None,
                  drop_last=False, socket=None, state_dir=None, seed=0, prefetch=4,
-                 timeout=10.0, as_numpy=None):
+                 timeout=10.0, as_numpy=None, rank=None, world_size=None, job_key=None):
+        rank, world_size, job_key = _ddp_identity(dataset, rank, world_size, job_key)
+        if device is None:
+            device = _default_device(world_size, socket, state_dir)
         device_index = _parse_device(device)
         if device_index >= 0 and (torch is None or not torch.cuda.is_available()):
             raise CarpoolError(
@@ -249,7 +301,8 @@ class Loader:
             device=("cpu" if device_index < 0 else f"cuda:{device_index}").encode(),
             prefetch=int(prefetch),
             drop_last=1 if drop_last else 0, seed=int(seed) & (2**64 - 1),
-            silence_timeout_ms=max(1, int(timeout * 1000)))
+            silence_timeout_ms=max(1, int(timeout * 1000)),
+            job_key=(job_key or "").encode(), rank=rank, world_size=world_size)
         job = ctypes.c_void_p()
         try:
             _ffi.check(self._lib.carpool_job_create(self._client.handle, ctypes.byref(opts),
@@ -265,6 +318,7 @@ class Loader:
             raise CarpoolError(f"server sent dtype {info.dtype}; this package knows 1..3", 9)
         self.dataset = str(dataset)
         self.batch_size = int(batch_size)
+        self.rank, self.world_size, self.job_key = rank, world_size, job_key
         self.job_id = info.job_id
         self.dataset_size = info.dataset_size
         self.epochs = info.epochs
