@@ -107,6 +107,8 @@ carpool_status carpool_job_create(carpool_client* client, const carpool_job_opti
     if (o->job_key != nullptr) options.job_key = o->job_key;
     options.rank = o->rank;
     options.world_size = o->world_size == 0 ? 1 : o->world_size;
+    options.node = o->node;
+    options.nodes = o->nodes == 0 ? 1 : o->nodes;
     auto job = client->impl->CreateJob(options);
     if (!job.ok()) return Fail(job.status());
     *out = new carpool_job{std::move(*job)};

@@ -259,15 +259,16 @@ Result<std::unique_ptr<Job>> Client::CreateJob(const JobOptions& o) {
   }
   auto hs = ConnectAndHello(path_, std::min(o.silence_timeout, kHandshakeTimeout));
   if (!hs.ok()) return hs.status();
-  if (o.world_size == 0 || o.rank >= o.world_size || (o.world_size > 1 && o.job_key.empty())) {
+  if (o.world_size == 0 || o.rank >= o.world_size || o.nodes == 0 || o.node >= o.nodes ||
+      ((o.world_size > 1 || o.nodes > 1) && o.job_key.empty())) {
     return Status::InvalidArgument(fmt::format(
-        "rank {} of world_size {} with job_key \"{}\": need world_size >= 1, rank < world_size "
-        "and, for world_size > 1, a job_key shared by the job's ranks",
-        o.rank, o.world_size, o.job_key));
+        "rank {} of world_size {}, node {} of {}, job_key \"{}\": need rank < world_size, node < "
+        "nodes and, for several ranks or nodes, a job_key shared by the job's ranks",
+        o.rank, o.world_size, o.node, o.nodes, o.job_key));
   }
   protocol::CreateJob request{o.dataset, o.batch_size, o.epochs,     o.transform,
                               o.device,  o.prefetch,   o.drop_last, o.seed,
-                              o.job_key, o.rank,       o.world_size};
+                              o.job_key, o.rank,       o.world_size, o.node, o.nodes};
   auto reply = hs->socket->Call(request, o.silence_timeout);
   if (!reply.ok()) return reply.status();
   auto* info = std::get_if<protocol::JobInfo>(&*reply);

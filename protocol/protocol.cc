@@ -126,6 +126,8 @@ void Put(Writer& w, const CreateJob& m) {
   w.Str(m.job_key);
   w.Int(m.rank);
   w.Int(m.world_size);
+  w.Int(m.node);
+  w.Int(m.nodes);
 }
 void Get(Reader& r, CreateJob& m) {
   m.dataset = r.Str("dataset", kMaxNameBytes);
@@ -139,12 +141,17 @@ void Get(Reader& r, CreateJob& m) {
   m.job_key = r.Str("job_key", kMaxNameBytes);
   m.rank = r.Int<uint32_t>("rank");
   m.world_size = r.Int<uint32_t>("world_size");
+  m.node = r.Int<uint32_t>("node");
+  m.nodes = r.Int<uint32_t>("nodes");
   if (m.world_size == 0 || m.world_size > kMaxWorldSize) {
     r.Fail(fmt::format("world_size is {}, expected 1..{}", m.world_size, kMaxWorldSize));
   } else if (m.rank >= m.world_size) {
     r.Fail(fmt::format("rank is {}, expected 0..{} (world_size {})", m.rank, m.world_size - 1,
                        m.world_size));
-  } else if (m.world_size > 1 && m.job_key.empty()) {
+  } else if (m.nodes == 0 || m.nodes > kMaxWorldSize || m.node >= m.nodes) {
+    r.Fail(fmt::format("node is {} of nodes {}, expected nodes 1..{} and node < nodes", m.node,
+                       m.nodes, kMaxWorldSize));
+  } else if ((m.world_size > 1 || m.nodes > 1) && m.job_key.empty()) {
     r.Fail(fmt::format("world_size is {} but job_key is empty; the ranks of one job join with a "
                        "common key", m.world_size));
   }

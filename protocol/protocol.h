@@ -82,6 +82,9 @@ struct CreateJob {
   std::string job_key{};
   uint32_t rank = 0;
   uint32_t world_size = 1;
+  // A job whose ranks span `nodes` nodes: this server serves its part `node` (node_partition.h).
+  uint32_t node = 0;
+  uint32_t nodes = 1;
   bool operator==(const CreateJob&) const = default;
 };
 

@@ -63,8 +63,8 @@ BatchReady SampleGpuBatchReady() {
 std::vector<Message> OneOfEach() {
   return {Hello{1234, "trainer-7"},
           HelloReply{"inst-1", 2000, kMaxPayloadBytes, 65536, 64},
-          CreateJob{"imagenet", 256, 2, "random_crop(224)|flip", "cuda:0", 4, true, 99, "", 0, 1},
-          CreateJob{"imagenet", 64, 1, "", "cuda:1", 8, false, 7, "torchelastic-run-3", 1, 4},
+          CreateJob{"imagenet", 256, 2, "random_crop(224)|flip", "cuda:0", 4, true, 99, "", 0, 1, 0, 1},
+          CreateJob{"imagenet", 64, 1, "", "cuda:1", 8, false, 7, "torchelastic-run-3", 1, 4, 2, 3},
           SampleJobInfo(),
           SampleGpuJobInfo(),
           SampleBatchReady(),
@@ -80,7 +80,8 @@ std::vector<Message> OneOfEach() {
 
 TEST(ProtocolTest, EveryMessageRoundTrips) {
   std::vector<Message> all = OneOfEach();
-  ASSERT_EQ(all.size(), size_t{kMaxMessageType} + 2);  // job-info and batch-ready twice: CPU, GPU
+  // job-info and batch-ready twice (CPU, GPU), create-job twice (one job, a rank of a DDP job)
+  ASSERT_EQ(all.size(), size_t{kMaxMessageType} + 3);
   for (const Message& m : all) {
     auto frame = EncodeFrame(m);
     ASSERT_TRUE(frame.ok()) << frame.status().ToString();
@@ -97,7 +98,7 @@ TEST(ProtocolTest, EveryMessageRoundTrips) {
 TEST(ProtocolTest, HeaderIsLittleEndian) {
   auto frame = EncodeFrame(Release{1, 2, 3});
   ASSERT_TRUE(frame.ok());
-  const std::vector<uint8_t> expected = {'C', 'R', 'P', 'L', 2, 0, 6, 0, 20, 0, 0, 0};
+  const std::vector<uint8_t> expected = {'C', 'R', 'P', 'L', 3, 0, 6, 0, 20, 0, 0, 0};
   EXPECT_EQ(std::vector<uint8_t>(frame->begin(), frame->begin() + 12), expected);
   EXPECT_EQ((*frame)[12], 1);  // job_id low byte first
 }
@@ -188,7 +189,7 @@ TEST(ProtocolTest, RejectsOutOfRangeFields) {
   device_batch.device_labels_offset = 8192;
   EXPECT_FALSE(EncodeFrame(device_batch).ok());
 
-  CreateJob job{std::string(kMaxNameBytes + 1, 'x'), 1, 1, "", "cpu", 1, false, 0, "", 0, 1};
+  CreateJob job{std::string(kMaxNameBytes + 1, 'x'), 1, 1, "", "cpu", 1, false, 0, "", 0, 1, 0, 1};
   auto r = EncodeFrame(job);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("dataset"), std::string::npos);
@@ -202,11 +203,11 @@ TEST(ProtocolTest, RejectsOutOfRangeFields) {
 
   EXPECT_FALSE(EncodeFrame(Error{StatusCode::kOk, "no"}).ok());
   // A bool byte other than 0/1 on the wire.
-  std::vector<uint8_t> frame = *EncodeFrame(CreateJob{"d", 1, 1, "", "cpu", 1, true, 0, "", 0, 1});
-  frame[frame.size() - 21] = 7;  // then seed (8), job_key (4 + 0), rank (4), world_size (4)
+  std::vector<uint8_t> frame = *EncodeFrame(CreateJob{"d", 1, 1, "", "cpu", 1, true, 0, "", 0, 1, 0, 1});
+  frame[frame.size() - 29] = 7;  // then seed (8), job_key (4 + 0), rank, world_size, node, nodes
   ExpectRejected(frame, "drop_last");
   // Data-parallel fields: a rank outside the world, an empty world, ranks without a key.
-  CreateJob ddp{"d", 1, 1, "", "cpu", 1, false, 0, "key", 2, 2};
+  CreateJob ddp{"d", 1, 1, "", "cpu", 1, false, 0, "key", 2, 2, 0, 1};
   auto bad_rank = EncodeFrame(ddp);
   ASSERT_FALSE(bad_rank.ok());
   EXPECT_NE(bad_rank.status().message().find("rank is 2"), std::string::npos);
@@ -218,6 +219,11 @@ TEST(ProtocolTest, RejectsOutOfRangeFields) {
   auto no_key = EncodeFrame(ddp);
   ASSERT_FALSE(no_key.ok());
   EXPECT_NE(no_key.status().message().find("job_key"), std::string::npos);
+  ddp = CreateJob{"d", 1, 1, "", "cpu", 1, false, 0, "key", 0, 1, 2, 2};  // node outside nodes
+  EXPECT_FALSE(EncodeFrame(ddp).ok());
+  ddp.node = 1;
+  ddp.job_key.clear();  // one rank per node, several nodes: still one job, so a key
+  EXPECT_FALSE(EncodeFrame(ddp).ok());
   // A string length pointing past the end of the payload.
   std::vector<uint8_t> hello = *EncodeFrame(Hello{1, "abc"});
   hello[16] = 200;

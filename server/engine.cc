@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 #include <opencv2/core.hpp>
@@ -99,7 +100,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     return Status::InvalidArgument(
         fmt::format("bad transform \"{}\": {}", request.transform, transform.status().message()));
   }
-  const bool ranked = request.world_size > 1;
+  const bool ranked = request.world_size > 1 || request.nodes > 1;
   const uint64_t global_batch = uint64_t{request.batch_size} * std::max(1u, request.world_size);
   if (global_batch > options_.lookahead) {
     return Status::InvalidArgument(fmt::format(
@@ -125,6 +126,31 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
         image.status().message()));
   }
 
+  // A job spanning several nodes gets this node's part; every node agrees on the batch count.
+  uint64_t agreed_batches = 0;
+  if (ranked) {
+    const std::vector<uint64_t> parts =
+        NodePartSizes(dataset->info.ids, options_.partition_seed, request.nodes);
+    agreed_batches = AgreedBatchesPerEpoch(parts, global_batch, request.drop_last);
+    if (request.nodes > 1) {
+      dataset->info.ids =
+          NodePart(dataset->info.ids, options_.partition_seed, request.node, request.nodes);
+    }
+    if (dataset->info.ids.isEmpty()) {
+      return Status::InvalidArgument(fmt::format(
+          "dataset \"{}\" has no samples for node {} of {} (its {} samples split over {} nodes); "
+          "use fewer nodes for so small a dataset",
+          request.dataset, request.node, request.nodes,
+          std::accumulate(parts.begin(), parts.end(), uint64_t{0}), request.nodes));
+    }
+    if (agreed_batches == 0) {
+      return Status::InvalidArgument(fmt::format(
+          "dataset \"{}\" gives node {} of {} only {} samples, less than one global batch of {} "
+          "with drop_last; use a smaller batch, fewer ranks or drop_last off",
+          request.dataset, request.node, request.nodes, dataset->info.ids.cardinality(),
+          global_batch));
+    }
+  }
   auto job = std::make_unique<Job>();
   job->request = request;
   job->dataset_size = dataset->info.ids.cardinality();
@@ -160,9 +186,10 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   info.batch_size = request.batch_size;
   info.epochs = request.epochs;
   // A rank gets one batch per global batch: every rank the same number.
-  info.batches_per_epoch = request.drop_last
-                               ? job->dataset_size / global_batch
-                               : (job->dataset_size + global_batch - 1) / global_batch;
+  info.batches_per_epoch = ranked ? agreed_batches
+                         : request.drop_last
+                             ? job->dataset_size / global_batch
+                             : (job->dataset_size + global_batch - 1) / global_batch;
   if (image->layout == Layout::kNCHW) {
     info.sample_shape = {static_cast<uint32_t>(image->channels),
                          static_cast<uint32_t>(image->height), static_cast<uint32_t>(image->width)};
@@ -192,7 +219,8 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     job->created = Now();
     if (ranked) {
       job->sched = 0;  // the group's, once every rank has joined
-      if (Status joined = JoinGroup(*job, dataset->info.ids); !joined.ok()) return joined;
+      Status joined = JoinGroup(*job, dataset->info.ids, agreed_batches);
+      if (!joined.ok()) return joined;
     } else {
       Status added = scheduler_->AddJob(job->sched, dataset->info.ids, request.epochs,
                                         prefetch_samples, job->created);
@@ -201,8 +229,9 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     log::Info("job {}: dataset \"{}\" ({} samples), batch {}, {} epoch(s), transform \"{}\", {}{}",
               job->id, request.dataset, job->dataset_size, request.batch_size, request.epochs,
               transform->ToString(), job->gpu ? fmt::format("cuda:{}", *device) : "cpu",
-              ranked ? fmt::format(", rank {} of {} of job \"{}\"", request.rank,
-                                   request.world_size, request.job_key)
+              ranked ? fmt::format(", rank {} of {} of job \"{}\" (node {} of {})", request.rank,
+                                   request.world_size, request.job_key, request.node,
+                                   request.nodes)
                      : std::string());
     jobs_[job->id] = std::move(job);
     ++jobs_created_;

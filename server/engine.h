@@ -26,6 +26,7 @@
 #include "cache/sample_cache.h"
 #include "datasets/catalog.h"
 #include "datasets/sample_reader.h"
+#include "sampler/node_partition.h"
 #include "server/batch_pool.h"
 #include "server/engine_samples.h"
 #include "server/engine_snapshot.h"
@@ -55,6 +56,8 @@ struct EngineOptions {
   uint64_t gpu_cache_bytes = kDefaultGpuCacheBytes;  // resident sample area per GPU
   // A data-parallel job whose ranks have not all joined this long after its first fails.
   std::chrono::milliseconds rank_join_timeout{60000};
+  // The cross-node partition's seed (sampler/node_partition.h): the same on every node of a sweep.
+  uint64_t partition_seed = kDefaultPartitionSeed;
 };
 
 class Engine : public JobService {
@@ -128,10 +131,12 @@ class Engine : public JobService {
 
   // Data-parallel jobs (engine_groups.cc). All REQUIRE mu_.
   // Adds `job` (a rank) to its key's group; the last rank to join adds the group to the scheduler.
-  Status JoinGroup(Job& job, const Roaring& ids);
+  // `ids`: this node's part of the dataset; `batches_per_epoch`: what every node agreed on.
+  Status JoinGroup(Job& job, const Roaring& ids, uint64_t batches_per_epoch);
   // The rank's slice of the front global batch, taking that batch from the scheduler first;
   // false when the rank has nothing to build now.
   bool RankSlice(Job& job, std::vector<Decision>* slice);
+  bool TakeGlobalBatch(Group& group);  // the group's next global batch (or padding); false: none
   void SliceAssembled(Job& job);  // after its batch task; the last slice consumes the batch
   bool FinishRankIfDone(Job& job);  // sends end-of-data once the group's data is all delivered
   void LeaveGroup(Job& job);      // RemoveJob of a rank: an early leave fails the others

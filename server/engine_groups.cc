@@ -40,12 +40,16 @@ std::string Mismatch(const protocol::CreateJob& a, const protocol::CreateJob& b)
   if (a.seed != b.seed) {
     return fmt::format("seed {} (the job's first rank said {})", a.seed, b.seed);
   }
+  if (a.node != b.node || a.nodes != b.nodes) {
+    return fmt::format("node {} of {} (the job's first rank said node {} of {})", a.node, a.nodes,
+                       b.node, b.nodes);
+  }
   return "";
 }
 
 }  // namespace
 
-Status Engine::JoinGroup(Job& job, const Roaring& ids) {
+Status Engine::JoinGroup(Job& job, const Roaring& ids, uint64_t batches_per_epoch) {
   const protocol::CreateJob& request = job.request;
   const std::string& key = request.job_key;
   auto it = groups_.find(key);
@@ -80,6 +84,7 @@ Status Engine::JoinGroup(Job& job, const Roaring& ids) {
     g->dataset_size = job.dataset_size;
     g->ranks.assign(request.world_size, nullptr);
     g->taken.assign(request.world_size, false);
+    g->batches_per_epoch = batches_per_epoch;
     g->created = Now();
     it = groups_.emplace(key, std::move(g)).first;
   }
@@ -110,33 +115,57 @@ Status Engine::JoinGroup(Job& job, const Roaring& ids) {
 bool Engine::RankSlice(Job& job, std::vector<Decision>* slice) {
   Group& g = *job.group;
   if (g.failed || g.sched == 0) return false;
-  if (!g.front_set) {
-    std::vector<Decision> global;
-    const uint64_t b = g.global_batch();
-    if (!scheduler_->NextBatch(g.sched, b, &global) || global.empty()) return false;
-    if (global.size() < b && g.request.drop_last) {
+  if (!g.front_set && !TakeGlobalBatch(g)) return false;
+  if (g.taken[job.rank]) return false;  // built already; the others' slices are pending
+  const auto begin = g.front.begin() + static_cast<ptrdiff_t>(size_t{job.rank} * g.slice);
+  slice->assign(begin, begin + g.slice);
+  return true;
+}
+
+bool Engine::TakeGlobalBatch(Group& g) {
+  const uint64_t b = g.global_batch();
+  const uint32_t r = g.world_size();
+  std::vector<Decision> global;
+  const bool more = scheduler_->NextBatch(g.sched, b, &global) && !global.empty();
+  // The epoch of the queue's front ended short of the agreed count (this node's part is smaller
+  // than another's): pad it with whole batches of repeats before the next epoch, or the end.
+  const bool epoch_over = !more ? scheduler_->Finished(g.sched) : global.front().epoch != g.epoch;
+  if (epoch_over && g.epoch_batches > 0 && g.epoch_batches < g.batches_per_epoch &&
+      !g.last.empty()) {
+    g.front.clear();
+    for (size_t i = 0; i < b; ++i) g.front.push_back(g.last[i % g.last.size()]);
+    g.slice = static_cast<uint32_t>(b / r);
+    g.front_consumes = 0;
+    g.padded += b;
+  } else {
+    if (!more) return false;
+    if (global.front().epoch != g.epoch) {
+      g.epoch = global.front().epoch;
+      g.epoch_batches = 0;
+    }
+    // Beyond the agreed count (this node's part is larger), or a partial last batch with
+    // drop_last: dropped.
+    if (g.epoch_batches >= g.batches_per_epoch || (global.size() < b && g.request.drop_last)) {
       Status consumed = scheduler_->Consume(g.sched, global.size(), Now());
       if (!consumed.ok()) log::Error("job \"{}\": {}", g.key, consumed.ToString());
       g.dropped += global.size();
       for (Job* rank : g.ranks) {
-        if (rank != nullptr) rank->dropped += global.size() / g.world_size();
+        if (rank != nullptr) rank->dropped += global.size() / r;
       }
       return false;
     }
-    const uint32_t r = g.world_size();
     g.slice = static_cast<uint32_t>((global.size() + r - 1) / r);
     g.front_consumes = global.size();
     const size_t padded = size_t{g.slice} * r - global.size();
     for (size_t i = 0; i < padded; ++i) global.push_back(global[i % g.front_consumes]);
     g.padded += padded;
+    g.last = global;
     g.front = std::move(global);
-    g.taken.assign(r, false);
-    g.assembled = 0;
-    g.front_set = true;
   }
-  if (g.taken[job.rank]) return false;  // built already; the others' slices are pending
-  const auto begin = g.front.begin() + static_cast<ptrdiff_t>(size_t{job.rank} * g.slice);
-  slice->assign(begin, begin + g.slice);
+  ++g.epoch_batches;
+  g.taken.assign(r, false);
+  g.assembled = 0;
+  g.front_set = true;
   return true;
 }
 
@@ -144,16 +173,20 @@ void Engine::SliceAssembled(Job& job) {
   Group& g = *job.group;
   if (g.failed || !g.front_set) return;
   if (++g.assembled < g.world_size()) return;
-  Status consumed = scheduler_->Consume(g.sched, g.front_consumes, Now());
-  if (!consumed.ok()) log::Error("job \"{}\": {}", g.key, consumed.ToString());
+  if (g.front_consumes > 0) {  // a padding batch takes nothing from the queue
+    Status consumed = scheduler_->Consume(g.sched, g.front_consumes, Now());
+    if (!consumed.ok()) log::Error("job \"{}\": {}", g.key, consumed.ToString());
+  }
   g.front_set = false;
   g.front.clear();
 }
 
 bool Engine::FinishRankIfDone(Job& job) {
   Group& g = *job.group;
+  // Also not while the last epoch still owes padding batches (TakeGlobalBatch makes them).
   if (job.assembling || job.done || g.failed || g.sched == 0 || g.front_set ||
-      !scheduler_->Contains(g.sched) || !scheduler_->Finished(g.sched)) {
+      g.epoch_batches < g.batches_per_epoch || !scheduler_->Contains(g.sched) ||
+      !scheduler_->Finished(g.sched)) {
     return false;
   }
   job.done = true;

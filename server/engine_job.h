@@ -63,7 +63,7 @@ struct Engine::Job {
 struct Engine::Group {
   std::string key;
   protocol::CreateJob request;  // of the first rank to join: the fields every rank must share
-  uint64_t dataset_size = 0;
+  uint64_t dataset_size = 0;   // of this node's part
   std::vector<Job*> ranks;      // by rank; null until it joins, and after it leaves
   uint32_t joined = 0;
   double created = 0;           // Engine::Now() of the first join
@@ -79,6 +79,12 @@ struct Engine::Group {
   std::vector<bool> taken;      // the rank has a slot for its slice
   uint32_t assembled = 0;       // slices whose assembly finished
   uint64_t padded = 0;          // entries repeated to give every rank an equal last batch
+  // Every rank takes the same number of steps: each epoch has exactly this many global batches
+  // (node_partition.h: AgreedBatchesPerEpoch), padded with repeats or cut short as needed.
+  uint64_t batches_per_epoch = 0;
+  uint32_t epoch = 0;           // of the latest global batch
+  uint64_t epoch_batches = 0;   // global batches of `epoch` so far
+  std::vector<Decision> last;   // the latest full-data global batch: the source of padding
   uint64_t dropped = 0;         // entries of last partial global batches dropped (drop_last)
 
   uint32_t world_size() const { return request.world_size; }

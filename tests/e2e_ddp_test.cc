@@ -233,3 +233,51 @@ TEST(E2eDdpTest, RankSlicesAreUniform) {
 
 }  // namespace
 }  // namespace carpool::e2e
+
+namespace carpool::e2e {
+namespace {
+
+// Two "nodes" on one machine: two servers with their own state dirs, a 4-rank job with 2 ranks
+// per node (consume --node k --nodes 2). Each node serves only its hash part, the two parts
+// together are every sample once per epoch, and both nodes' ranks take the same number of steps.
+TEST(E2eDdpTest, TwoNodesServeDisjointPartsWithEqualSteps) {
+  E2eEnv node0, node1;
+  for (E2eEnv* env : {&node0, &node1}) {
+    RegisterData(*env);
+    env->StartServer({"--partition-seed", "42"});
+  }
+  std::vector<std::vector<RankRun>> runs;
+  for (uint32_t k = 0; k < 2; ++k) {
+    E2eEnv& env = k == 0 ? node0 : node1;
+    runs.push_back(RunRanks(env, "multi", 2, {"--dataset", "d2000", "--batch-size", "32",
+                                              "--epochs", "2", "--node", std::to_string(k),
+                                              "--nodes", "2"}));
+  }
+  // Equal steps on every rank of both nodes: the larger part's ceil(part / 64) batches.
+  const double steps = JsonNumber(runs[0][0].result.out, "batches");
+  for (uint32_t k = 0; k < 2; ++k) ExpectEqualSteps(runs[k], steps);
+  std::map<uint32_t, std::map<uint32_t, int>> per_epoch;  // epoch -> sample -> count
+  std::vector<std::set<uint32_t>> part(2);
+  for (uint32_t k = 0; k < 2; ++k) {
+    for (const RankRun& run : runs[k]) {
+      for (const Delivery& d : run.ids) {
+        ++per_epoch[d.epoch][d.sample];
+        part[k].insert(d.sample);
+      }
+    }
+  }
+  for (uint32_t s : part[0]) EXPECT_FALSE(part[1].count(s)) << "sample " << s << " on both nodes";
+  ASSERT_EQ(per_epoch.size(), 2u);
+  for (const auto& [epoch, counts] : per_epoch) {
+    EXPECT_EQ(counts.size(), 2000u) << "epoch " << epoch << ": not every sample";
+  }
+  const double batches = std::max(std::ceil(part[0].size() / 64.0), std::ceil(part[1].size() / 64.0));
+  EXPECT_EQ(steps, 2 * batches) << "parts " << part[0].size() << " and " << part[1].size();
+  std::printf("two nodes: parts %zu and %zu, %.0f steps per rank\n", part[0].size(),
+              part[1].size(), steps);
+  node0.StopServer(SIGTERM);
+  node1.StopServer(SIGTERM);
+}
+
+}  // namespace
+}  // namespace carpool::e2e

@@ -181,7 +181,7 @@ TEST(E2eFaultsTest, FuzzedFramesNeverCrashTheServerNorDisturbOtherJobs) {
                           "job");
   const std::vector<uint8_t> hello = Frame(protocol::Hello{1, "fuzz"});
   const std::vector<uint8_t> create = Frame(protocol::CreateJob{
-      "a", 8, 1, "random_crop(20)|flip", "cpu", 2, false, 3, "", 0, 1});
+      "a", 8, 1, "random_crop(20)|flip", "cpu", 2, false, 3, "", 0, 1, 0, 1});
   std::atomic<int> sent{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {

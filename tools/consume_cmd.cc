@@ -60,6 +60,8 @@ int Consume(int argc, char** argv) {
       "world-size", po::value(&job_options.world_size),
       "ranks of the data-parallel job; they join with one --job-key (default 1)")(
       "job-key", po::value(&job_options.job_key), "the data-parallel job's key, shared by its ranks")(
+      "node", po::value(&job_options.node), "this node of a job spanning several (default 0)")(
+      "nodes", po::value(&job_options.nodes), "nodes the job spans, one server each (default 1)")(
       "step-ms", po::value(&step_ms), "sleep this long per batch, standing in for training")(
       "ids-out", po::value(&ids_out), "write epoch,sample_id,label per delivered sample")(
       "json", "print a JSON summary")(

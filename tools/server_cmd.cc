@@ -138,7 +138,7 @@ int Serve(int argc, char** argv) {
   std::string state_dir, socket, cache_size = "1GiB", policy = "refcnt", lease = "2s";
   std::string gpus = "all", gpu_cache_size = "2GiB", metrics, rank_join_timeout = "60s";
   uint32_t workers = 0;
-  uint64_t lookahead = kDefaultLookahead, seed = 1;
+  uint64_t lookahead = kDefaultLookahead, seed = 1, partition_seed = kDefaultPartitionSeed;
   po::options_description opts;
   opts.add_options()("help,h", "show this help")(
       "state-dir", po::value(&state_dir), "catalog and socket directory (default: see docs)")(
@@ -159,7 +159,10 @@ int Serve(int argc, char** argv) {
       "serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 (default off)")(
       "rank-join-timeout", po::value(&rank_join_timeout),
       "fail a data-parallel job whose ranks have not all joined this long after the first, e.g. "
-      "60s (default 60s)");
+      "60s (default 60s)")(
+      "partition-seed", po::value(&partition_seed),
+      "seed of the cross-node partition of jobs that span several nodes; the same on every node "
+      "of a sweep (default fixed)");
   po::variables_map vm;
   if (auto rc = ParseCommandLine(argc, argv, "carpool server", kUsage, opts, &vm)) return *rc;
   InstallCrashReport();
@@ -176,6 +179,7 @@ int Serve(int argc, char** argv) {
       ParseDuration("--rank-join-timeout", rank_join_timeout);
   if (!join_ms.ok()) return Fail(join_ms.status());
   eo.rank_join_timeout = *join_ms;
+  eo.partition_seed = partition_seed;
   if (lookahead == 0) return Fail(Status::InvalidArgument("--lookahead must be at least 1"));
   if (workers > kMaxWorkers) {
     return Fail(Status::InvalidArgument(fmt::format(

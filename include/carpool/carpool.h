@@ -41,6 +41,8 @@ typedef struct carpool_job_options {
   const char* job_key;   /* NULL means none */
   uint32_t rank;
   uint32_t world_size;
+  uint32_t node;         /* a job spanning `nodes` nodes: this node's part (0 or 1 node: all) */
+  uint32_t nodes;
 } carpool_job_options;
 
 typedef struct carpool_job_info {

@@ -62,6 +62,10 @@ struct JobOptions {
   std::string job_key{};
   uint32_t rank = 0;
   uint32_t world_size = 1;
+  // A job spanning `nodes` nodes, one server each: this node's server serves part `node` of the
+  // dataset (hash partition, carpool server --partition-seed); world_size counts this node's ranks.
+  uint32_t node = 0;
+  uint32_t nodes = 1;
   // Silence from the server longer than this fails calls with kUnavailable. The server answers
   // every heartbeat, so silence means it is gone or hung.
   std::chrono::milliseconds silence_timeout{10000};

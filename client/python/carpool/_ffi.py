@@ -52,6 +52,8 @@ class JobOptions(ctypes.Structure):
         ("job_key", ctypes.c_char_p),
         ("rank", ctypes.c_uint32),
         ("world_size", ctypes.c_uint32),
+        ("node", ctypes.c_uint32),
+        ("nodes", ctypes.c_uint32),
     ]
 
 

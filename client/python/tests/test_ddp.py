@@ -1,0 +1,172 @@
+"""Issue 12: data-parallel training (torch.distributed, gloo, CPU) on carpool. Each test spawns R
+rank processes with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, TORCHELASTIC_RUN_ID,
+MASTER_ADDR/PORT), so the loaders take their rank, world size and job key from it. The ranks train
+a DistributedDataParallel model; every step is an all_reduce, so unequal step counts would hang
+(each test has a deadline). Rank 0 gathers the delivered sample ids: exactly once per epoch over
+the union of the ranks."""
+
+import multiprocessing as mp
+import os
+import socket as socketlib
+import time
+import traceback
+import unittest
+
+import carpool
+from fixture import SUBSET, ServerFixture
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError:
+    torch = None
+
+FX = None
+
+
+def setUpModule():
+    global FX
+    if torch is not None:
+        FX = ServerFixture()
+
+
+def tearDownModule():
+    if FX is not None:
+        FX.close()
+
+
+def free_port():
+    with socketlib.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_main(rank, world, port, run_id, sock, batch, epochs, out):
+    try:
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                          LOCAL_WORLD_SIZE=str(world), TORCHELASTIC_RUN_ID=run_id,
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        torch.manual_seed(0)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(28 * 28, 10))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        ids, steps = [], 0
+        with carpool.Loader("fm-small", batch_size=batch, epochs=epochs, socket=sock,
+                            transform="normalize(0.2860,0.3530)|float32") as loader:
+            assert (loader.rank, loader.world_size) == (rank, world), (loader.rank, loader.world_size)
+            for epoch in range(loader.epochs):
+                for images, labels in loader:
+                    opt.zero_grad()
+                    loss = torch.nn.functional.cross_entropy(model(images.reshape(len(labels), -1)),
+                                                             labels)
+                    loss.backward()  # all_reduce of the gradients: every rank must step
+                    opt.step()
+                    ids.extend((epoch, int(i)) for i in loader.ids)
+                    steps += 1
+            batches_per_epoch = len(loader)
+        counts = [None] * world
+        dist.all_gather_object(counts, (steps, ids))
+        if rank == 0:
+            out.put(("ok", counts, batches_per_epoch))
+        dist.destroy_process_group()
+    except BaseException:
+        out.put(("error", rank, traceback.format_exc()))
+
+
+@unittest.skipIf(torch is None, "needs torch")
+class DdpGlooTest(unittest.TestCase):
+    def run_job(self, world, batch=32, epochs=2, deadline=120.0):
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        port = free_port()
+        run_id = f"pytest-{world}-{port}"
+        procs = [ctx.Process(target=rank_main,
+                             args=(r, world, port, run_id, FX.socket, batch, epochs, out))
+                 for r in range(world)]
+        for p in procs:
+            p.start()
+        try:
+            kind, *rest = out.get(timeout=deadline)  # a hang (unequal steps) fails here
+        finally:
+            for p in procs:
+                p.join(30)
+                if p.is_alive():
+                    p.kill()
+        if kind == "error":
+            self.fail(f"rank {rest[0]} failed:\n{rest[1]}\nserver log:\n{FX.server_log()}")
+        counts, batches_per_epoch = rest
+        return counts, batches_per_epoch
+
+    def check(self, world, batch=32, epochs=2):
+        counts, per_epoch = self.run_job(world, batch, epochs)
+        global_batch = world * batch
+        self.assertEqual(per_epoch, (SUBSET + global_batch - 1) // global_batch)
+        for rank, (steps, _) in enumerate(counts):
+            self.assertEqual(steps, epochs * per_epoch, f"rank {rank}")
+        for epoch in range(epochs):
+            seen = [i for _, ids in counts for e, i in ids if e == epoch]
+            padded = len(seen) - SUBSET
+            self.assertEqual(len(set(seen)), SUBSET, f"epoch {epoch}: samples missing")
+            # Padding repeats fewer than `world` samples, only in the epoch's last global batch.
+            self.assertGreaterEqual(padded, 0)
+            self.assertLess(padded, world)
+
+    def test_two_ranks(self):
+        self.check(2)
+
+    def test_four_ranks(self):
+        self.check(4, batch=25)  # 600 = 6 x 100: no padding
+
+    def test_three_ranks_last_batch_split_evenly(self):
+        self.check(3, batch=32)  # 600 = 6 x 96 + 24: a last step of 8 per rank (padding: e2e)
+
+
+if __name__ == "__main__":
+    unittest.main()
+
+
+class DdpIdentityTest(unittest.TestCase):
+    """Where a loader's rank, world size and job key come from (no server needed)."""
+
+    KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID",
+            "MASTER_ADDR", "MASTER_PORT")
+
+    def setUp(self):
+        self.saved = {k: os.environ.pop(k) for k in self.KEYS if k in os.environ}
+
+    def tearDown(self):
+        for k in self.KEYS:
+            os.environ.pop(k, None)
+        os.environ.update(self.saved)
+
+    def identity(self, **kw):
+        from carpool.loader import _ddp_identity
+        return _ddp_identity("ds", kw.get("rank"), kw.get("world_size"), kw.get("job_key"))
+
+    def test_no_environment_is_a_job_of_its_own(self):
+        self.assertEqual(self.identity(), (0, 1, None))
+
+    def test_torchrun_environment_names_rank_world_and_a_key_per_loader(self):
+        os.environ.update(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
+                          TORCHELASTIC_RUN_ID="run7", MASTER_ADDR="h", MASTER_PORT="29500")
+        rank, world, key = self.identity()
+        self.assertEqual((rank, world), (1, 2))
+        self.assertTrue(key.startswith("run7@h:29500/ds/"), key)
+        self.assertNotEqual(self.identity()[2], key)  # the process's next loader: another job
+
+    def test_explicit_values_win(self):
+        os.environ.update(RANK="1", WORLD_SIZE="2", TORCHELASTIC_RUN_ID="run7")
+        self.assertEqual(self.identity(rank=0, world_size=3, job_key="k"), (0, 3, "k"))
+
+    def test_bad_and_missing_values_are_refused_by_name(self):
+        with self.assertRaisesRegex(carpool.CarpoolError, "rank 2 of world_size 2"):
+            self.identity(rank=2, world_size=2, job_key="k")
+        with self.assertRaisesRegex(carpool.CarpoolError, "needs a job_key"):
+            self.identity(rank=0, world_size=2)
+
+    def test_several_nodes_need_a_key_per_node(self):
+        os.environ.update(RANK="3", WORLD_SIZE="4", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
+                          TORCHELASTIC_RUN_ID="run7")
+        with self.assertRaisesRegex(carpool.CarpoolError, "spans several nodes"):
+            self.identity()
