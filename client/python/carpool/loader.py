@@ -170,26 +170,35 @@ class _GpuReleaser:
 _DDP_LOADERS = [0]  # data-parallel loaders made by this process: part of their default keys
 
 
-def _ddp_identity(dataset, rank, world_size, job_key):
-    """(rank, world_size, job_key) of a loader: the arguments, else torchrun's environment (RANK,
-    WORLD_SIZE, TORCHELASTIC_RUN_ID with MASTER_ADDR/MASTER_PORT), else a job of its own."""
+def _ddp_identity(dataset, rank, world_size, job_key, node=None, nodes=None):
+    """(rank, world_size, job_key, node, nodes) of a loader: the arguments, else torchrun's
+    environment, else a job of its own. Across nodes, world_size and rank are this node's
+    (LOCAL_WORLD_SIZE, LOCAL_RANK), node is GROUP_RANK and nodes WORLD_SIZE / LOCAL_WORLD_SIZE:
+    each node's server serves its part of the dataset to its ranks (docs/ddp.md)."""
     env = os.environ
+    total = int(env.get("WORLD_SIZE", "1") or 1)
+    local = int(env.get("LOCAL_WORLD_SIZE", total) or total)
+    spans = world_size is None and total > 1 and 0 < local < total
+    if nodes is None:
+        nodes = total // local if spans else 1
+    if node is None:
+        if spans and "GROUP_RANK" not in env:
+            raise CarpoolError(f"WORLD_SIZE {total} spans {nodes} nodes but GROUP_RANK (the node's "
+                               "rank) is not set; pass node= and nodes=", 1)
+        node = int(env.get("GROUP_RANK", "0") or 0) if nodes > 1 else 0
     if world_size is None:
-        world_size = int(env.get("WORLD_SIZE", "1") or 1)
+        world_size = local if spans else total
     if rank is None:
-        rank = int(env.get("RANK", "0") or 0) if world_size > 1 else 0
-    world_size, rank = int(world_size), int(rank)
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise CarpoolError(f"rank {rank} of world_size {world_size}: need world_size >= 1 and "
-                           "0 <= rank < world_size", 1)
-    if world_size == 1:
-        return 0, 1, None
-    local = int(env.get("LOCAL_WORLD_SIZE", world_size) or world_size)
-    if local != world_size and "RANK" in env and job_key is None:
-        raise CarpoolError(
-            f"WORLD_SIZE {world_size} spans several nodes (LOCAL_WORLD_SIZE {local}); carpool "
-            "serves one node's ranks as one job, and the cross-node partition is not built yet: "
-            "pass rank=LOCAL_RANK, world_size=LOCAL_WORLD_SIZE and a job_key per node", 12)
+        if world_size <= 1:
+            rank = 0
+        else:
+            rank = int(env.get("LOCAL_RANK" if spans else "RANK", "0") or 0)
+    world_size, rank, node, nodes = int(world_size), int(rank), int(node), int(nodes)
+    if world_size < 1 or not 0 <= rank < world_size or nodes < 1 or not 0 <= node < nodes:
+        raise CarpoolError(f"rank {rank} of world_size {world_size}, node {node} of {nodes}: need "
+                           "0 <= rank < world_size and 0 <= node < nodes", 1)
+    if world_size == 1 and nodes == 1:
+        return 0, 1, None, 0, 1
     if job_key is None:
         run = env.get("TORCHELASTIC_RUN_ID")
         master = f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
@@ -199,7 +208,7 @@ def _ddp_identity(dataset, rank, world_size, job_key):
         # Every rank makes its loaders in the same order, so the n-th one names the same job.
         job_key = f"{run or 'none'}@{master}/{dataset}/{_DDP_LOADERS[0]}"
         _DDP_LOADERS[0] += 1
-    return rank, world_size, str(job_key)
+    return rank, world_size, str(job_key), node, nodes
 
 
 def _default_device(world_size, socket, state_dir):
@@ -263,14 +272,22 @@ class Loader:
     The slot goes back to the server only once the GPU work queued on the current stream up to
     the next step has finished (an event is recorded there and a thread of the loader waits for
     it), so kernels still reading a batch never see the next one.
+    rank, world_size, job_key (node, nodes): a data-parallel job's ranks, which form one job on
+    the server: its global batch is world_size x batch_size and this rank gets slice `rank` of
+    each; every rank gets the same number of batches per epoch. Defaults come from torchrun's
+    environment (RANK, WORLD_SIZE, TORCHELASTIC_RUN_ID; across nodes LOCAL_RANK,
+    LOCAL_WORLD_SIZE, GROUP_RANK), and device then defaults to "cuda:LOCAL_RANK" where the server
+    serves that GPU. docs/ddp.md.
     Thread contract: one thread at a time per Loader; loaders in different threads are
     independent (ctypes drops the GIL while a step waits).
     """
 
     def __init__(self, dataset, batch_size=32, epochs=1, transform="", device=None,
                  drop_last=False, socket=None, state_dir=None, seed=0, prefetch=4,
-                 timeout=10.0, as_numpy=None, rank=None, world_size=None, job_key=None):
-        rank, world_size, job_key = _ddp_identity(dataset, rank, world_size, job_key)
+                 timeout=10.0, as_numpy=None, rank=None, world_size=None, job_key=None,
+                 node=None, nodes=None):
+        rank, world_size, job_key, node, nodes = _ddp_identity(dataset, rank, world_size, job_key,
+                                                               node, nodes)
         if device is None:
             device = _default_device(world_size, socket, state_dir)
         device_index = _parse_device(device)
@@ -302,7 +319,8 @@ class Loader:
             prefetch=int(prefetch),
             drop_last=1 if drop_last else 0, seed=int(seed) & (2**64 - 1),
             silence_timeout_ms=max(1, int(timeout * 1000)),
-            job_key=(job_key or "").encode(), rank=rank, world_size=world_size)
+            job_key=(job_key or "").encode(), rank=rank, world_size=world_size, node=node,
+            nodes=nodes)
         job = ctypes.c_void_p()
         try:
             _ffi.check(self._lib.carpool_job_create(self._client.handle, ctypes.byref(opts),
@@ -319,6 +337,7 @@ class Loader:
         self.dataset = str(dataset)
         self.batch_size = int(batch_size)
         self.rank, self.world_size, self.job_key = rank, world_size, job_key
+        self.node, self.nodes = node, nodes
         self.job_id = info.job_id
         self.dataset_size = info.dataset_size
         self.epochs = info.epochs

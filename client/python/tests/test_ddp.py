@@ -130,7 +130,7 @@ class DdpIdentityTest(unittest.TestCase):
     """Where a loader's rank, world size and job key come from (no server needed)."""
 
     KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID",
-            "MASTER_ADDR", "MASTER_PORT")
+            "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
 
     def setUp(self):
         self.saved = {k: os.environ.pop(k) for k in self.KEYS if k in os.environ}
@@ -142,7 +142,7 @@ class DdpIdentityTest(unittest.TestCase):
 
     def identity(self, **kw):
         from carpool.loader import _ddp_identity
-        return _ddp_identity("ds", kw.get("rank"), kw.get("world_size"), kw.get("job_key"))
+        return _ddp_identity("ds", kw.get("rank"), kw.get("world_size"), kw.get("job_key"))[:3]
 
     def test_no_environment_is_a_job_of_its_own(self):
         self.assertEqual(self.identity(), (0, 1, None))
@@ -165,8 +165,13 @@ class DdpIdentityTest(unittest.TestCase):
         with self.assertRaisesRegex(carpool.CarpoolError, "needs a job_key"):
             self.identity(rank=0, world_size=2)
 
-    def test_several_nodes_need_a_key_per_node(self):
+    def test_several_nodes_are_one_job_per_node_on_its_part(self):
+        from carpool.loader import _ddp_identity
         os.environ.update(RANK="3", WORLD_SIZE="4", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
                           TORCHELASTIC_RUN_ID="run7")
-        with self.assertRaisesRegex(carpool.CarpoolError, "spans several nodes"):
-            self.identity()
+        with self.assertRaisesRegex(carpool.CarpoolError, "GROUP_RANK"):
+            _ddp_identity("ds", None, None, None)
+        os.environ["GROUP_RANK"] = "1"
+        rank, world, key, node, nodes = _ddp_identity("ds", None, None, None)
+        self.assertEqual((rank, world, node, nodes), (1, 2, 1, 2))
+        self.assertTrue(key.startswith("run7@"), key)
