@@ -186,11 +186,15 @@ def torchvision_loader(spec, torch, go=None):
     if spec["indices"] is not None:
         data = Subset(data, spec["indices"])
     torch.manual_seed(spec["seed"])
+    sampler = None
+    if spec.get("distributed"):  # a DDP rank: its share of each epoch (scripts/bench_ddp_gpu.py)
+        from torch.utils.data.distributed import DistributedSampler
+        sampler = DistributedSampler(data, shuffle=True, seed=spec["seed"])
     # The caller starts the workers (iter) before this job touches CUDA: workers forked from a
     # process with CUDA and cuDNN threads deadlocked on inherited locks (H100: 256 images in
     # 117 s), and forkserver workers took 60-100 s to start. They wait for `go` before their
     # first decode, so nothing is decoded before the clock.
-    return DataLoader(data, batch_size=spec["batch_size"], shuffle=True,
+    return DataLoader(data, batch_size=spec["batch_size"], shuffle=sampler is None, sampler=sampler,
                       num_workers=spec["workers"], pin_memory=spec["device"] != "cpu",
                       persistent_workers=spec["workers"] > 0,
                       multiprocessing_context="fork" if spec["workers"] > 0 else None,
@@ -209,7 +213,8 @@ def synthetic_batches(x, y):
         yield x, y
 
 
-def run_job(spec, go, stop, progress, out):
+def run_job(spec, go, stop, progress, out, wrap=None):
+    """One job's process body; `wrap` wraps its model (DistributedDataParallel for a DDP rank)."""
     import torch
     torch.set_num_threads(1)  # the cores belong to the loaders
     tv = tv_first = None
@@ -224,6 +229,8 @@ def run_job(spec, go, stop, progress, out):
     step, step_s = None, 0.0
     if spec["side"] not in ("drop", "sleep"):
         model, opt = make_model(torch, spec, dev)
+        if wrap is not None:
+            model = wrap(model)
         step = make_step(torch, model, opt, dev)
         b = spec["batch_size"]
         x0 = torch.randn(b, 3, CROP, CROP, device=dev).to(memory_format=torch.channels_last)
@@ -250,7 +257,7 @@ def run_job(spec, go, stop, progress, out):
     # counted. What came before (the DataLoader starting its workers, a carpool job joining and
     # waiting for its first batch) is reported as startup_s.
     images = steps = 0
-    go_t, first_t = start, None
+    go_t, first_t, batch_device = start, None, None
     wait_s = 0.0  # time the training loop waited for its next batch, after the first
     waits = []  # each batch's wait, ms
     step_call_s = 0.0  # in step(): launching the GPU work (and waiting, where torch blocks)
@@ -270,6 +277,7 @@ def run_job(spec, go, stop, progress, out):
         if first_t is None:
             first_t = time.monotonic()
             start, images = first_t, -len(y)
+            batch_device = str(x.device)
         t_step = time.monotonic()
         for _ in range(spec["repeat"] if step else 0):
             step(x, y)
@@ -315,7 +323,7 @@ def run_job(spec, go, stop, progress, out):
         "workers_cpu_s": (forked_cpu + cpu1.children_user + cpu1.children_system
                           - cpu0.children_user - cpu0.children_system),
         "workers": spec["workers"], "wait_ms": percentiles(waits), "close_s": close_s,
-        "step_call_s": step_call_s, "final_sync_s": sync_s,
+        "step_call_s": step_call_s, "final_sync_s": sync_s, "batch_device": batch_device,
         "gpu_backlog_steps": percentiles(backlogs), **timing}))
 
 
@@ -338,7 +346,8 @@ def job_process(spec, go, stop, progress, out):
 
 # ---------------------------------------------------------------- the orchestrator
 
-def run_jobs(specs, max_seconds, late=(), late_at=0.3, on_start=None, ready_timeout=600.0):
+def run_jobs(specs, max_seconds, late=(), late_at=0.3, on_start=None, ready_timeout=600.0,
+             target_of=lambda spec: job_process):
     """Runs one process per spec; all but `late` start together once every one is warm, the late
     ones when the others reached `late_at` of their planned images. At max_seconds every job is
     told to stop after its current batch. Returns (results, ready infos, t0)."""
@@ -347,7 +356,7 @@ def run_jobs(specs, max_seconds, late=(), late_at=0.3, on_start=None, ready_time
     progress, stop, out = ctx.Array("q", n), ctx.Event(), ctx.Queue()
     gos = [ctx.Event() for _ in specs]
     # Not daemonic: a baseline job's DataLoader starts worker processes of its own.
-    procs = [ctx.Process(target=job_process, args=(s, gos[i], stop, progress, out))
+    procs = [ctx.Process(target=target_of(s), args=(s, gos[i], stop, progress, out))
              for i, s in enumerate(specs)]
     ready, results = {}, {}
 
@@ -532,11 +541,11 @@ class Bench:
                 state_dir=sd)
 
     # -- sides
-    def server(self, label):
+    def server(self, label, gpus=None):
         a = self.args
         flags = {"workers": a.workers, "cache_size": a.cache_size, "lookahead": a.lookahead}
         if self.gpu is not None:
-            flags.update(gpus=str(self.gpu), gpu_cache_size=a.gpu_cache_size)
+            flags.update(gpus=gpus or str(self.gpu), gpu_cache_size=a.gpu_cache_size)
         return self.carpool.Server(self.state_dir, log=str(self.log_dir / f"server-{label}.log"),
                                    **flags)
 
