@@ -131,7 +131,9 @@ Result<HostRegistration> HostRegistration::Register(void* data, size_t bytes) {
         fmt::format("cannot register host range {} of {} bytes; give a non-empty mapped range",
                     data, bytes));
   }
-  if (Status st = CudaCheck(cudaHostRegister(data, bytes, cudaHostRegisterDefault),
+  // Portable: pinned for every device's context, so one registration serves all the GPUs (a
+  // second cudaHostRegister of the range fails with cudaErrorHostMemoryAlreadyRegistered).
+  if (Status st = CudaCheck(cudaHostRegister(data, bytes, cudaHostRegisterPortable),
                             fmt::format("cudaHostRegister({}, {} bytes)", data, bytes));
       !st.ok()) {
     return st;

@@ -117,7 +117,8 @@ class CudaDeviceSlots : public DeviceSlots {
 class CudaGpuService : public GpuService {
  public:
   static Result<std::unique_ptr<CudaGpuService>> Create(int device,
-                                                        const GpuServiceOptions& options);
+                                                        const GpuServiceOptions& options,
+                                                        bool register_host);
   ~CudaGpuService() override = default;
 
   int device() const override { return device_; }
@@ -150,7 +151,8 @@ class CudaGpuService : public GpuService {
 };
 
 Result<std::unique_ptr<CudaGpuService>> CudaGpuService::Create(int device,
-                                                               const GpuServiceOptions& options) {
+                                                               const GpuServiceOptions& options,
+                                                               bool register_host) {
   Result<std::vector<gpu::DeviceInfo>> devices = gpu::ListCudaDevices();
   if (!devices.ok()) return devices.status();
   if (device < 0 || device >= static_cast<int>(devices->size())) {
@@ -183,7 +185,7 @@ Result<std::unique_ptr<CudaGpuService>> CudaGpuService::Create(int device,
   Result<gpu::CudaStream> stream = gpu::CudaStream::Create();
   if (!stream.ok()) return stream.status();
   svc->stream_ = std::move(*stream);
-  if (!options.host_region.empty()) {
+  if (!options.host_region.empty() && register_host) {
     Result<gpu::HostRegistration> reg =
         gpu::HostRegistration::Register(options.host_region.data(), options.host_region.size());
     if (!reg.ok()) {
@@ -204,7 +206,9 @@ Result<std::unique_ptr<CudaGpuService>> CudaGpuService::Create(int device,
   }
   log::Info("GPU {} ({}, {}): serving; cache segment {}, resident area {} bytes", device,
             svc->name_, svc->pci_,
-            options.host_region.empty() ? "absent (--cache-size 0)" : "registered for DMA",
+            options.host_region.empty() ? "absent (--cache-size 0)"
+            : register_host             ? "registered for DMA (all GPUs)"
+                                        : "registered for DMA by the first GPU served",
             svc->area_.capacity());
   return svc;
 }
@@ -395,7 +399,10 @@ Result<std::vector<std::unique_ptr<GpuService>>> CreateGpuServices(
         "no CUDA device or driver found; start the server with --gpus none to serve CPU jobs");
   }
   for (int device : options.devices) {
-    Result<std::unique_ptr<CudaGpuService>> svc = CudaGpuService::Create(device, options);
+    // The first service registers the cache segment once, portably, for all the GPUs; it is
+    // destroyed first (vector order), after the engine has stopped every build.
+    Result<std::unique_ptr<CudaGpuService>> svc =
+        CudaGpuService::Create(device, options, /*register_host=*/out.empty());
     if (!svc.ok()) return svc.status();
     out.push_back(std::move(*svc));
   }
