@@ -117,5 +117,29 @@ TEST(SimCliTest, SpeedAboveOneNeedsCacheMode) {
   EXPECT_NE(bad.text.find("\"fifo\""), std::string::npos) << bad.text;
 }
 
+// A sweep across 3 nodes: every epoch of every job is covered once over the nodes, and the nodes
+// still share (identical jobs: every delivery shared by both, as on one node).
+TEST(SimCliTest, NodesCoverEveryEpochOnceAndStillShare) {
+  Output out = RunCarpool("sim --job a=0:3000 --job b=0:3000 --nodes 3 --epochs 2 --json");
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  const nlohmann::json doc = nlohmann::json::parse(out.text);
+  EXPECT_TRUE(doc["every_epoch_exactly_once"].get<bool>()) << out.text;
+  ASSERT_EQ(doc["per_node"].size(), 3u);
+  double parts = 0;
+  for (const auto& n : doc["per_node"]) parts += n["assignments"].get<double>() / 4;  // 2 jobs x 2
+  EXPECT_EQ(parts, 3000) << "the nodes' parts are not a partition of the dataset";
+  EXPECT_NEAR(Field(out.text, "/sharing_ratio"), 2.0, 1e-9);
+  for (const auto& j : doc["jobs"]) {
+    ASSERT_EQ(j["epochs"].size(), 2u);
+    for (const auto& e : j["epochs"]) {
+      EXPECT_EQ(e["samples"].get<int>(), 3000);
+      EXPECT_EQ(e["repeated"].get<int>(), 0);
+    }
+  }
+  Output cached = RunCarpool("sim --job a=0:100 --nodes 2 --cache 10");
+  EXPECT_NE(cached.exit_code, 0);
+  EXPECT_NE(cached.text.find("--nodes"), std::string::npos) << cached.text;
+}
+
 }  // namespace
 }  // namespace carpool

@@ -22,6 +22,8 @@
 #include "tools/command.h"
 #include "tools/options.h"
 #include "tools/sim_cache_mode.h"
+#include "tools/sim_nodes_mode.h"
+#include "sampler/node_partition.h"
 
 namespace carpool::tools {
 namespace {
@@ -40,6 +42,11 @@ samples ahead, running rounds when a queue falls below the prefetch depth; every
 cache lookup, and a miss is a preparation. The summary adds preparations, hits, evictions and
 belady_preparations (the offline optimum on the same deliveries). --cache 0 is the no-sharing
 baseline: every delivery is a preparation.
+
+With --nodes K every job spans K nodes, one server each (docs/ddp.md): node k runs the jobs on
+their parts of the datasets (hash partition, --partition-seed) with its own coins. The summary
+gives each node's sharing, the sharing over all nodes, and each job's per-epoch coverage over the
+nodes: every sample once per epoch (none missing, none repeated).
 
   SPEC := LO:HI[%FRACTION][@START][xSPEED] | dataset:REGISTERED_NAME[@START][xSPEED]
     LO:HI       sample ids [LO, HI)
@@ -138,6 +145,8 @@ int Sim(int argc, char** argv) {
   uint64_t epochs = 1, seed = 1;
   std::string trace_path, state_dir, policy = "next-use";
   CacheModeOptions cache_mode;
+  uint32_t nodes = 1;
+  uint64_t partition_seed = kDefaultPartitionSeed;
   po::options_description opts;
   opts.add_options()("help,h", "show this help")("job", po::value(&job_args)->composing(),
                                                  "NAME=SPEC (repeat for each job)")(
@@ -145,7 +154,10 @@ int Sim(int argc, char** argv) {
       "seed", po::value(&seed)->default_value(1), "seed of the sampler, coins and fractions")(
       "trace", po::value(&trace_path), "write round,job,epoch,sample CSV to FILE")(
       "json", "print the summary as one JSON object")("state-dir", po::value(&state_dir),
-                                                      "catalog directory for dataset: specs");
+                                                      "catalog directory for dataset: specs")(
+      "nodes", po::value(&nodes), "every job spans this many nodes, one server each (default 1)")(
+      "partition-seed", po::value(&partition_seed),
+      "with --nodes: the cross-node partition's seed (default: the server's)");
   opts.add_options()("cache", po::value(&cache_mode.cache),
                      "cache mode: cache capacity in samples (0: no cache)")(
       "policy", po::value(&policy), "cache mode: eviction policy refcnt|next-use|lru (next-use)")(
@@ -165,6 +177,18 @@ int Sim(int argc, char** argv) {
   Result<std::vector<SimJob>> jobs = BuildJobs(
       job_args, seed, state_dir, with_cache ? std::numeric_limits<double>::infinity() : 1.0);
   if (!jobs.ok()) return Fail(jobs.status());
+  if (nodes == 0) return Fail(Status::InvalidArgument("--nodes must be at least 1"));
+  if (nodes > 1) {
+    if (with_cache || !trace_path.empty()) {
+      return Fail(Status::InvalidArgument(
+          "--nodes runs the sampler per node; it takes no cache options and no --trace"));
+    }
+    return RunNodesMode(*jobs, {.nodes = nodes,
+                                .partition_seed = partition_seed,
+                                .epochs = epochs,
+                                .seed = seed,
+                                .json = vm.count("json") != 0});
+  }
   if (with_cache) {
     Result<cache::EvictionPolicy> p = cache::ParseEvictionPolicy(policy);
     if (!p.ok()) return Fail(p.status());
