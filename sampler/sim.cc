@@ -180,4 +180,17 @@ SimSummary SimStats::Summary() const {
   return s;
 }
 
+SimSummary RunToEnd(Simulation& sim, SimStats& stats,
+                    const std::function<void(const RoundRecord&)>& on_round) {
+  while (!sim.Done()) {
+    sim.BeginRound();
+    std::vector<JobId> participants = sim.DrawParticipants();
+    stats.BeforeRound(participants);
+    const RoundRecord& r = sim.FinishRound(participants);
+    stats.AfterRound(r);
+    if (on_round) on_round(r);
+  }
+  return stats.Summary();
+}
+
 }  // namespace carpool

@@ -15,6 +15,7 @@
 #define CARPOOL_SAMPLER_SIM_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <roaring/roaring.hh>
 #include <span>
@@ -136,6 +137,11 @@ class SimStats {
   double bound_var_sum_ = 0;
   double last_bound_ = 0;
 };
+
+// Runs `sim` to the end with the default participation, feeding `stats`; `on_round` (may be
+// empty) sees every round after it ran. Returns the summary.
+SimSummary RunToEnd(Simulation& sim, SimStats& stats,
+                    const std::function<void(const RoundRecord&)>& on_round);
 
 }  // namespace carpool
 

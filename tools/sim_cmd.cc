@@ -215,27 +215,22 @@ int Sim(int argc, char** argv) {
   }
   Simulation& s = **sim;
   SimStats stats(s);
-  while (!s.Done()) {
-    s.BeginRound();
-    std::vector<JobId> participants = s.DrawParticipants();
-    stats.BeforeRound(participants);
-    const RoundRecord& r = s.FinishRound(participants);
-    stats.AfterRound(r);
-    if (trace == nullptr) continue;
+  const SimSummary summary = RunToEnd(s, stats, [&](const RoundRecord& r) {
+    if (trace == nullptr) return;
     for (const Assignment& a : r.assignments) {
       for (JobId j : a.jobs) {
         fmt::print(trace.get(), "{},{},{},{}\n", r.round, s.jobs()[j].name, r.epoch[j], a.sample);
       }
     }
-  }
+  });
   if (trace != nullptr && (std::fflush(trace.get()) != 0 || std::ferror(trace.get()))) {
     return Fail(Status::IOError(
         fmt::format("writing --trace \"{}\" failed: {}", trace_path, std::strerror(errno))));
   }
   if (vm.count("json")) {
-    PrintJson(stats.Summary());
+    PrintJson(summary);
   } else {
-    PrintText(stats.Summary());
+    PrintText(summary);
   }
   return 0;
 }

@@ -50,12 +50,7 @@ int RunNodesMode(const std::vector<SimJob>& jobs, const NodesModeOptions& o) {
       }
       Simulation& s = **sim;
       SimStats stats(s);
-      while (!s.Done()) {
-        s.BeginRound();
-        std::vector<JobId> participants = s.DrawParticipants();
-        stats.BeforeRound(participants);
-        const RoundRecord& r = s.FinishRound(participants);
-        stats.AfterRound(r);
+      ns.summary = RunToEnd(s, stats, [&](const RoundRecord& r) {
         for (const Assignment& a : r.assignments) {
           for (JobId j : a.jobs) {
             EpochCoverage& c = coverage[origin[j]][r.epoch[j]];
@@ -63,8 +58,7 @@ int RunNodesMode(const std::vector<SimJob>& jobs, const NodesModeOptions& o) {
             ++c.deliveries;
           }
         }
-      }
-      ns.summary = stats.Summary();
+      });
       assignments += ns.summary.assignments;
       distinct += ns.summary.distinct;
     }
