@@ -493,19 +493,7 @@ class Bench:
     # -- data
     def prepare_data(self):
         a = self.args
-        self.root = pathlib.Path(a.data_dir or pathlib.Path.home() / ".cache" / "carpool" /
-                                 "bench-gpu" / f"jpeg-{a.count}-500x375")
-        have = sum(1 for _ in self.root.glob("class_*/*.jpg")) if self.root.exists() else 0
-        if have != a.count:
-            shutil.rmtree(self.root, ignore_errors=True)
-            t = time.monotonic()
-            if self.carpool:
-                self.carpool.cli("dataset", "gen", self.root, "--count", a.count, "--seed", 1,
-                                 "--quiet")
-            else:
-                write_jpegs_with_pil(self.root, a.count)
-            print(f"generated {a.count} JPEGs 500x375 in {self.root} "
-                  f"({time.monotonic() - t:.1f} s)", flush=True)
+        self.root = ensure_jpegs(a.data_dir, "bench-gpu", a.count, self.carpool)
         from torchvision.datasets import ImageFolder  # the order the baseline jobs index
         folder = ImageFolder(str(self.root))
         self.classes = len(folder.classes)
@@ -742,6 +730,25 @@ def catalog_ids(state_dir, paths):
         raise SystemExit(f"bench_gpu.py: {len(missing)} images are not in the catalog, e.g. "
                          f"{missing[0]}")
     return [by_path[p] for p in paths]
+
+
+def ensure_jpegs(data_dir, bench, count, carpool):
+    """The folder of `count` synthetic 500x375 JPEGs (ImageFolder layout; default
+    ~/.cache/carpool/BENCH/jpeg-COUNT-500x375), made by `carpool dataset gen` (PIL without
+    carpool) unless it holds them already. Also used by scripts/bench_peers.py."""
+    root = pathlib.Path(data_dir or pathlib.Path.home() / ".cache" / "carpool" / bench /
+                        f"jpeg-{count}-500x375")
+    have = sum(1 for _ in root.glob("class_*/*.jpg")) if root.exists() else 0
+    if have != count:
+        shutil.rmtree(root, ignore_errors=True)
+        t = time.monotonic()
+        if carpool:
+            carpool.cli("dataset", "gen", root, "--count", count, "--seed", 1, "--quiet")
+        else:
+            write_jpegs_with_pil(root, count)
+        print(f"generated {count} JPEGs 500x375 in {root} ({time.monotonic() - t:.1f} s)",
+              flush=True)
+    return root
 
 
 def write_jpegs_with_pil(root, count, classes=10):

@@ -38,7 +38,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.append(str(HERE.parent / "client" / "python"))
 
-from bench_gpu import catalog_ids  # noqa: E402
+from bench_gpu import catalog_ids, ensure_jpegs  # noqa: E402
 from bench_torchvision import imagenet_train_transform, job_workers  # noqa: E402
 
 PREPARE = "resize=256,crop=256"
@@ -467,14 +467,8 @@ class Bench:
     # -- data and catalog
     def prepare_data(self):
         a = self.args
-        self.root = pathlib.Path(a.data_dir or pathlib.Path.home() / ".cache" / "carpool" /
-                                 "bench-peers" / f"jpeg-{a.count}-500x375")
-        have = sum(1 for _ in self.root.glob("class_*/*.jpg")) if self.root.exists() else 0
-        if have != a.count:
-            import carpool  # the same generator as `carpool bench e2e`
-            shutil.rmtree(self.root, ignore_errors=True)
-            carpool.cli("dataset", "gen", self.root, "--count", a.count, "--seed", 1, "--quiet")
-            print(f"generated {a.count} JPEGs 500x375 in {self.root}", flush=True)
+        import carpool  # the same generator as `carpool bench e2e`
+        self.root = ensure_jpegs(a.data_dir, "bench-peers", a.count, carpool)
         from torchvision.datasets import ImageFolder
         self.paths = [os.path.realpath(p) for p, _ in ImageFolder(str(self.root)).samples]
         s, third = len(self.paths), len(self.paths) // 3
