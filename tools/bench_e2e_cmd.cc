@@ -26,16 +26,20 @@
 #include "tools/standalone_loader.h"
 
 namespace carpool::tools {
+
+int BenchLoad(int argc, char** argv);  // tools/bench_load.cc
+
 namespace {
 
 namespace po = boost::program_options;
 
-constexpr std::string_view kUsage = R"(usage: carpool bench <e2e|standalone> [options]
+constexpr std::string_view kUsage = R"(usage: carpool bench <e2e|standalone|load> [options]
 
   e2e         scenarios of training jobs, carpool against one standalone loader per job
   standalone  one baseline job: its own loader threads, shuffle, decode and transform
+  load        64 jobs at once joining, finishing, disconnecting and dying for 10 minutes
 
-'carpool bench e2e --help' and 'carpool bench standalone --help' list the options.
+'carpool bench e2e --help' (standalone, load) lists the options.
 )";
 
 constexpr std::string_view kDefaultTransform = "random_crop(224)|flip|normalize(imagenet)";
@@ -382,6 +386,7 @@ int Bench(int argc, char** argv) {
   const std::string_view verb = argc >= 2 ? argv[1] : "";
   if (verb == "e2e") return E2e(argc - 1, argv + 1);
   if (verb == "standalone") return Standalone(argc - 1, argv + 1);
+  if (verb == "load") return BenchLoad(argc - 1, argv + 1);
   if (verb == "--help" || verb == "-h" || verb == "help") {
     fmt::print("{}", kUsage);
     return 0;

@@ -3,6 +3,7 @@
 // stand in for training, and writes what it received.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <chrono>
@@ -86,8 +87,12 @@ int Consume(int argc, char** argv) {
 
   const auto start = std::chrono::steady_clock::now();
   uint64_t batches = 0, samples = 0, skipped = 0;
+  std::vector<double> waits_ms;  // each Next()'s wait for its batch
   for (;;) {
+    const auto asked = std::chrono::steady_clock::now();
     Result<std::optional<Batch>> batch = (*job)->Next();
+    waits_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - asked).count());
     if (!batch.ok()) return Fail(batch.status());
     if (!batch->has_value()) break;
     const Batch& b = **batch;
@@ -111,11 +116,17 @@ int Consume(int argc, char** argv) {
         fmt::format("writing --ids-out \"{}\" failed: {}", ids_out, std::strerror(errno))));
   }
   const double rate = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
+  std::sort(waits_ms.begin(), waits_ms.end());
+  auto quantile = [&](double q) {
+    return waits_ms.empty() ? 0.0 : waits_ms[std::min(waits_ms.size() - 1,
+                                                      static_cast<size_t>(q * waits_ms.size()))];
+  };
   if (vm.count("json")) {
-    const nlohmann::ordered_json summary = {{"job", (*job)->id()},       {"batches", batches},
-                                            {"samples", samples},        {"seconds", seconds},
-                                            {"samples_per_s", rate},     {"skipped", skipped},
-                                            {"epochs", (*job)->epochs()}};
+    const nlohmann::ordered_json summary = {
+        {"job", (*job)->id()},      {"batches", batches},          {"samples", samples},
+        {"seconds", seconds},       {"samples_per_s", rate},       {"skipped", skipped},
+        {"epochs", (*job)->epochs()}, {"wait_ms_p50", quantile(0.5)},
+        {"wait_ms_p99", quantile(0.99)}, {"wait_ms_max", waits_ms.empty() ? 0.0 : waits_ms.back()}};
     fmt::print("{}\n", summary.dump());
   } else {
     fmt::print("job {}: {} batches, {} samples in {:.2f} s ({:.0f} samples/s), {} skipped\n",
