@@ -208,6 +208,73 @@ def baseline_batches(spec, loader, dev, torch, first):
             yield x, labels.to(dev, non_blocking=True)
 
 
+class _EncodedFiles:
+    """ImageFolder's files as raw bytes (uint8 tensors) and labels: the DataLoader workers only
+    read; the job decodes on its GPU (gpudecode_batches)."""
+
+    def __init__(self, root, indices):
+        from torchvision.datasets import ImageFolder
+        self.samples = ImageFolder(root).samples
+        self.indices = indices if indices is not None else range(len(self.samples))
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __getitem__(self, i):
+        # Bytes, not tensors: 256 small tensors a batch passed by file descriptor ran the
+        # workers out of them (EBADF in os.dup).
+        path, label = self.samples[self.indices[i]]
+        return pathlib.Path(path).read_bytes(), label
+
+
+def _collate_encoded(batch):
+    return [x for x, _ in batch], [y for _, y in batch]
+
+
+def gpudecode_loader(spec, torch, go=None):
+    """Workers that read the files for torchvision's GPU decode (the peer of issue 13.3)."""
+    from torch.utils.data import DataLoader
+    torch.manual_seed(spec["seed"])
+    return DataLoader(_EncodedFiles(spec["root"], spec["indices"]), batch_size=spec["batch_size"],
+                      shuffle=True, num_workers=spec["workers"],
+                      collate_fn=_collate_encoded,
+                      persistent_workers=spec["workers"] > 0,
+                      multiprocessing_context="fork" if spec["workers"] > 0 else None,
+                      worker_init_fn=(lambda _: go.wait()) if go is not None else None)
+
+
+def gpudecode_batches(spec, loader, dev, torch, first):
+    """torchvision.io.decode_jpeg on the job's GPU (batched), then the same pipeline as the others
+    with transforms.v2 on the GPU: resize 256, center crop 256, a random crop 224 and a flip per
+    image, normalize; channels_last."""
+    from torchvision.io import decode_jpeg
+    try:
+        from torchvision.transforms.v2 import functional as F
+        flip_image = F.horizontal_flip
+    except ImportError:  # torchvision < 0.15 (this machine's, for --smoke)
+        from torchvision.transforms import functional as F
+        flip_image = F.hflip
+    mean = torch.tensor([0.485, 0.456, 0.406], device=dev).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225], device=dev).view(1, 3, 1, 1)
+    gen = torch.Generator().manual_seed(spec["seed"])
+    for epoch in range(spec["epochs"]):
+        for raw, labels in (first if epoch == 0 else loader):
+            encoded = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in raw]
+            labels = torch.tensor(labels)
+            try:  # batched on the GPU (torchvision >= 0.19)
+                images = decode_jpeg(encoded, device=dev)
+            except (TypeError, RuntimeError):  # one at a time: an older torchvision, or the CPU
+                images = [decode_jpeg(e).to(dev) for e in encoded]
+            images = [F.center_crop(F.resize(im, 256, antialias=True), 256) for im in images]
+            n = len(images)
+            off = torch.randint(0, 256 - CROP + 1, (n, 2), generator=gen).tolist()
+            flip = torch.rand(n, generator=gen).tolist()
+            crops = [im[:, y:y + CROP, x:x + CROP] for im, (y, x) in zip(images, off)]
+            crops = [flip_image(c) if f < 0.5 else c for c, f in zip(crops, flip)]
+            x = torch.stack(crops).float().div_(255).sub_(mean).div_(std)
+            yield x.contiguous(memory_format=torch.channels_last), labels.to(dev, non_blocking=True)
+
+
 def synthetic_batches(x, y):
     while True:
         yield x, y
@@ -218,8 +285,9 @@ def run_job(spec, go, stop, progress, out, wrap=None):
     import torch
     torch.set_num_threads(1)  # the cores belong to the loaders
     tv = tv_first = None
-    if spec["side"] == "baseline":  # workers forked now, before CUDA (see torchvision_loader)
-        tv = torchvision_loader(spec, torch, go)
+    if spec["side"] in ("baseline", "gpudecode"):  # workers forked now, before CUDA
+        tv = (torchvision_loader if spec["side"] == "baseline" else gpudecode_loader)(spec, torch,
+                                                                                    go)
         tv_first = iter(tv)
     dev = torch.device(spec["device"])
     cuda = dev.type == "cuda"
@@ -251,6 +319,8 @@ def run_job(spec, go, stop, progress, out, wrap=None):
     start, cpu0 = time.monotonic(), os.times()
     timing = {}
     batches = (carpool_batches(spec, timing) if spec["side"] in ("carpool", "drop", "sleep")
+               else gpudecode_batches(spec, tv, dev, torch, tv_first)
+               if spec["side"] == "gpudecode"
                else baseline_batches(spec, tv, dev, torch, tv_first) if tv is not None
                else synthetic_batches(x0, y0))
     # Rates are steady-state on both sides: from the first batch's arrival, that batch not
@@ -824,6 +894,18 @@ def markdown(r):
             lines.append(f"| {name} | {j} | {key} | {fmt(cp.get('start_offset_s'), '.1f')} / "
                          f"{fmt(bl.get('start_offset_s'), '.1f')} | "
                          f"{fmt(cp.get('images_per_s'))} | {fmt(bl.get('images_per_s'))} |")
+    if any("gpudecode" in s for s in r["scenarios"].values()):
+        lines += ["", "| scenario | carpool img/s | GPU decode (torchvision) img/s | carpool ÷ GPU "
+                  "decode | GPU util % carpool / GPU decode | per job, GPU decode img/s |",
+                  "|---|---|---|---|---|---|"]
+        for name, s in r["scenarios"].items():
+            cp, gd = s.get("carpool", {}), s.get("gpudecode", {})
+            per_job = ", ".join(fmt(j.get("images_per_s")) for j in gd.get("jobs", []))
+            lines.append(f"| {name} | {fmt(cp.get('images_per_s'))} | "
+                         f"{fmt(gd.get('images_per_s'))} | "
+                         f"{fmt(ratio(cp.get('images_per_s'), gd.get('images_per_s')), '.2f')} | "
+                         f"{fmt(cp.get('gpu_util_pct'))} / {fmt(gd.get('gpu_util_pct'))} | "
+                         f"{per_job or gd.get('error', '–')} |")
     lines += [f"- FAILED: {e}" for e in r["errors"]]
     return "\n".join(lines) + "\n"
 
@@ -836,8 +918,10 @@ def parser():
     ap.add_argument("--state-dir", help="catalog and socket (default: a temporary folder)")
     ap.add_argument("--log-dir", help="server logs (default: the temporary folder)")
     ap.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS))
-    ap.add_argument("--sides", nargs="+", choices=["carpool", "baseline"],
-                    default=["carpool", "baseline"])
+    ap.add_argument("--sides", nargs="+", choices=["carpool", "baseline", "gpudecode"],
+                    default=["carpool", "baseline"],
+                    help="gpudecode: torchvision.io.decode_jpeg on the GPU + transforms.v2 there, "
+                         "per job (issue 13's GPU peer)")
     ap.add_argument("--device", help="default cuda:0; smoke cpu")
     ap.add_argument("--model", choices=["resnet18", "tiny"], help="default resnet18; smoke tiny")
     ap.add_argument("--batch-size", type=int, help="default 256; smoke 8")
