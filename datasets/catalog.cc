@@ -23,6 +23,7 @@ CREATE TABLE samples(
   record INTEGER NOT NULL,
   size INTEGER NOT NULL,
   label INTEGER NOT NULL,
+  byte_offset INTEGER NOT NULL DEFAULT -1,
   UNIQUE(dir, name, record));
 CREATE TABLE datasets(
   name TEXT PRIMARY KEY,
@@ -34,8 +35,31 @@ CREATE TABLE datasets(
   created INTEGER NOT NULL);
 )sql";
 
+// Version 1 to 2: tar members keep their data offset; other samples have -1.
+constexpr std::string_view kUpgradeFrom1 =
+    "ALTER TABLE samples ADD COLUMN byte_offset INTEGER NOT NULL DEFAULT -1";
+
 // Point lookups beat a range scan when the ids are this sparse in their range.
 constexpr uint64_t kRangeScanDensity = 8;
+
+// Runs `sql` and sets the current schema version, in one transaction, if the catalog is still at
+// version `from` once the write lock is held: another process may have migrated it meanwhile.
+// Returns the version after.
+Result<int64_t> Migrate(SqliteDb& d, int64_t from, std::string_view sql) {
+  Result<SqliteTransaction> txn = SqliteTransaction::Begin(&d);
+  if (!txn.ok()) return txn.status();
+  Result<int64_t> version = d.QueryInt("PRAGMA user_version");
+  if (!version.ok()) return version.status();
+  if (*version == from) {
+    Status s = d.Exec(sql);
+    if (s.ok()) s = d.Exec(fmt::format("PRAGMA user_version={}", kCatalogSchemaVersion));
+    if (!s.ok()) return s;
+    version = kCatalogSchemaVersion;
+  }
+  Status s = txn->Commit();
+  if (!s.ok()) return s;
+  return version;
+}
 
 }  // namespace
 
@@ -66,20 +90,10 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::filesystem::path& stat
   }
   Result<int64_t> version = d.QueryInt("PRAGMA user_version");
   if (!version.ok()) return version.status();
-  if (*version == 0) {
-    Result<SqliteTransaction> txn = SqliteTransaction::Begin(&d);
-    if (!txn.ok()) return txn.status();
-    // Another process may have created the schema while this one waited for the lock.
-    version = d.QueryInt("PRAGMA user_version");
+  for (auto [from, sql] : {std::pair{int64_t{0}, kSchema}, std::pair{int64_t{1}, kUpgradeFrom1}}) {
+    if (*version != from) continue;
+    version = Migrate(d, from, sql);
     if (!version.ok()) return version.status();
-    if (*version == 0) {
-      Status s = d.Exec(kSchema);
-      if (s.ok()) s = d.Exec(fmt::format("PRAGMA user_version={}", kCatalogSchemaVersion));
-      if (!s.ok()) return s;
-      version = kCatalogSchemaVersion;
-    }
-    Status s = txn->Commit();
-    if (!s.ok()) return s;
   }
   if (*version != kCatalogSchemaVersion) {
     return Status::FailedPrecondition(fmt::format(
@@ -151,7 +165,8 @@ Result<std::vector<SampleRecord>> Catalog::GetSamples(const Roaring& ids) const 
       dirs.emplace(stmt->ColumnInt(0), std::string(stmt->ColumnText(1)));
     }
   }
-  constexpr std::string_view kColumns = "SELECT id, dir, name, record, size, label FROM samples";
+  constexpr std::string_view kColumns =
+      "SELECT id, dir, name, record, size, label, byte_offset FROM samples";
   const uint64_t lo = ids.minimum(), hi = ids.maximum();
   const bool range_scan = ids.cardinality() * kRangeScanDensity >= hi - lo + 1;
   Result<SqliteStmt> stmt =
@@ -162,11 +177,17 @@ Result<std::vector<SampleRecord>> Catalog::GetSamples(const Roaring& ids) const 
     SampleRecord r;
     r.id = static_cast<uint32_t>(stmt->ColumnInt(0));
     r.record_index = stmt->ColumnInt(3);
-    r.source = r.record_index >= 0 ? "idx" : "file";
+    r.offset = stmt->ColumnInt(6);
+    r.source = r.offset >= 0 ? "tar" : r.record_index >= 0 ? "idx" : "file";
     const std::string& dir = dirs[stmt->ColumnInt(1)];
     std::string_view name = stmt->ColumnText(2);
-    r.path.reserve(dir.size() + 1 + name.size());
-    r.path.append(dir).append(dir == "/" ? "" : "/").append(name);
+    if (r.offset >= 0) {  // a member of the shard `dir`
+      r.path = dir;
+      r.member = std::string(name);
+    } else {
+      r.path.reserve(dir.size() + 1 + name.size());
+      r.path.append(dir).append(dir == "/" ? "" : "/").append(name);
+    }
     r.size = static_cast<uint64_t>(stmt->ColumnInt(4));
     r.label = static_cast<int32_t>(stmt->ColumnInt(5));
     out.push_back(std::move(r));

@@ -24,15 +24,18 @@ namespace carpool {
 
 class SqliteDb;
 
-inline constexpr int kCatalogSchemaVersion = 1;
+// 2 added samples.byte_offset (tar members); a version-1 catalog is upgraded in place on open.
+inline constexpr int kCatalogSchemaVersion = 2;
 
 struct SampleRecord {
   uint32_t id = 0;
-  std::string source;         // "file" or "idx"
-  std::string path;           // canonical absolute path of the file (or of the IDX file)
+  std::string source;         // "file", "idx" or "tar"
+  std::string path;           // canonical absolute path of the file (or of the IDX file or shard)
   int64_t record_index = -1;  // record of an IDX file; -1 for files
   uint64_t size = 0;          // bytes of the file or record, when registered
   int32_t label = -1;         // index into the registering dataset's classes; -1 unlabelled
+  int64_t offset = -1;        // tar: where the member's data start in the shard `path`; else -1
+  std::string member{};       // tar: the member's name in the shard; else empty
 };
 
 struct DatasetInfo {

@@ -81,10 +81,12 @@ Result<RegisterReport> Catalog::Register(const DatasetMeta& meta, const SourceSc
     }
   }
   // One upsert per sample: a known sample returns its id (and its stored label), a new one gets
-  // the next id. The size is refreshed, since the file may have changed.
+  // the next id. The size (and a tar member's offset) is refreshed, since the file may have
+  // changed.
   Result<SqliteStmt> upsert = db_->Prepare(
-      "INSERT INTO samples(dir, name, record, size, label) VALUES(?,?,?,?,?) "
-      "ON CONFLICT(dir, name, record) DO UPDATE SET size=excluded.size "
+      "INSERT INTO samples(dir, name, record, size, label, byte_offset) VALUES(?,?,?,?,?,?) "
+      "ON CONFLICT(dir, name, record) DO UPDATE SET size=excluded.size, "
+      "byte_offset=excluded.byte_offset "
       "RETURNING id, label");
   if (!upsert.ok()) return upsert.status();
   Roaring ids;
@@ -103,6 +105,7 @@ Result<RegisterReport> Catalog::Register(const DatasetMeta& meta, const SourceSc
     upsert->BindInt(3, smp.record_index);
     upsert->BindInt(4, static_cast<int64_t>(smp.size));
     upsert->BindInt(5, smp.label);
+    upsert->BindInt(6, smp.offset);
     Result<bool> row = upsert->Step();
     if (!row.ok()) return row.status();
     if (!*row) return Status::Internal("catalog upsert returned no row");

@@ -56,6 +56,29 @@ TEST_F(CatalogTest, RejectsNewerSchema) {
   EXPECT_NE(c.status().message().find("schema version 99"), std::string::npos);
 }
 
+TEST_F(CatalogTest, UpgradesVersion1InPlaceKeepingIds) {
+  Result<RegisterReport> a = catalog_->Register(Meta("a"), FakeScan("/data", 10), false);
+  ASSERT_TRUE(a.ok());
+  catalog_.reset();
+  {
+    Result<std::unique_ptr<SqliteDb>> db = SqliteDb::Open(dir_.path() / "catalog.db");
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE((*db)->Exec("ALTER TABLE samples DROP COLUMN byte_offset").ok());
+    ASSERT_TRUE((*db)->Exec("PRAGMA user_version=1").ok());
+  }
+  Result<std::unique_ptr<Catalog>> c = Catalog::Open(dir_.path());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  Result<std::vector<SampleRecord>> recs = (*c)->GetSamples(a->info.ids);
+  ASSERT_TRUE(recs.ok()) << recs.status().ToString();
+  ASSERT_EQ(recs->size(), 10u);
+  EXPECT_EQ(recs->front().source, "file");
+  EXPECT_EQ(recs->front().offset, -1);
+  Result<RegisterReport> again = (*c)->Register(Meta("b"), FakeScan("/data", 10), false);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->new_samples, 0u);
+  EXPECT_EQ(again->info.ids, a->info.ids);
+}
+
 TEST_F(CatalogTest, SameSampleGetsSameIdInEveryDataset) {
   Result<RegisterReport> a = catalog_->Register(Meta("a"), FakeScan("/data", 100), false);
   ASSERT_TRUE(a.ok()) << a.status().ToString();

@@ -12,6 +12,13 @@
 
 namespace carpool {
 
+namespace {
+
+// A tar member larger than this is a damaged catalog row, not an image.
+constexpr uint64_t kMaxRangeBytes = uint64_t{1} << 30;
+
+}  // namespace
+
 // Loaded once under its own mutex, so that a slow gunzip of one file does not block readers of
 // another.
 struct SampleReader::IdxFile {
@@ -21,13 +28,23 @@ struct SampleReader::IdxFile {
   IdxHeader header;
 };
 
-Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
+namespace {
+
+// A file descriptor for reading, or NotFound/IOError naming the sample's file.
+Result<int> OpenSampleFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
-    std::string msg = fmt::format("cannot read sample \"{}\": {}", path, std::strerror(e));
-    return e == ENOENT ? Status::NotFound(msg) : Status::IOError(msg);
-  }
+  if (fd >= 0) return fd;
+  int e = errno;
+  std::string msg = fmt::format("cannot read sample \"{}\": {}", path, std::strerror(e));
+  return e == ENOENT ? Status::NotFound(msg) : Status::IOError(msg);
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
+  Result<int> opened = OpenSampleFile(path);
+  if (!opened.ok()) return opened.status();
+  int fd = *opened;
   std::vector<uint8_t> data;
   struct stat st;
   if (::fstat(fd, &st) == 0 && st.st_size > 0) data.reserve(static_cast<size_t>(st.st_size));
@@ -42,6 +59,39 @@ Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
     }
     if (n == 0) break;
     data.insert(data.end(), buf, buf + n);
+  }
+  ::close(fd);
+  return data;
+}
+
+Result<std::vector<uint8_t>> ReadFileRange(const std::string& path, uint64_t offset,
+                                           uint64_t size) {
+  if (size > kMaxRangeBytes) {
+    return Status::Corruption(fmt::format(
+        "sample \"{}\" at byte {} claims {} bytes (limit {}); re-register the dataset", path,
+        offset, size, kMaxRangeBytes));
+  }
+  Result<int> opened = OpenSampleFile(path);
+  if (!opened.ok()) return opened.status();
+  int fd = *opened;
+  std::vector<uint8_t> data(static_cast<size_t>(size));
+  size_t got = 0;
+  while (got < data.size()) {
+    ssize_t n = ::pread(fd, data.data() + got, data.size() - got, static_cast<off_t>(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e = n < 0 ? errno : 0;
+      ::close(fd);
+      if (e != 0) {
+        return Status::IOError(fmt::format("reading sample \"{}\" at byte {}: {}", path, offset,
+                                           std::strerror(e)));
+      }
+      return Status::Corruption(fmt::format(
+          "sample \"{}\": bytes {}..{} are past the end of the file (it shrank since it was "
+          "registered); re-register the dataset",
+          path, offset, offset + size));
+    }
+    got += static_cast<size_t>(n);
   }
   ::close(fd);
   return data;
@@ -71,9 +121,13 @@ Result<std::shared_ptr<const SampleReader::IdxFile>> SampleReader::OpenIdx(
 
 Result<std::vector<uint8_t>> SampleReader::Read(const SampleRecord& sample) {
   if (sample.source == "file") return ReadWholeFile(sample.path);
+  if (sample.source == "tar") {
+    return ReadFileRange(sample.path, static_cast<uint64_t>(sample.offset), sample.size);
+  }
   if (sample.source != "idx") {
-    return Status::InvalidArgument(fmt::format(
-        "sample {} has source \"{}\", expected \"file\" or \"idx\"", sample.id, sample.source));
+    return Status::InvalidArgument(
+        fmt::format("sample {} has source \"{}\", expected \"file\", \"idx\" or \"tar\"",
+                    sample.id, sample.source));
   }
   Result<std::shared_ptr<const IdxFile>> file = OpenIdx(sample.path);
   if (!file.ok()) return file.status();

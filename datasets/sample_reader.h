@@ -1,5 +1,5 @@
 // Reads the raw bytes of one sample: the whole file for a "file" sample, the record's bytes for an
-// "idx" sample. Thread-safe: SampleReader may be shared by any number of preparation workers.
+// "idx" sample, the member's bytes (one pread) for a "tar" sample. Thread-safe: SampleReader may be shared by any number of preparation workers.
 #ifndef CARPOOL_DATASETS_SAMPLE_READER_H_
 #define CARPOOL_DATASETS_SAMPLE_READER_H_
 
@@ -39,6 +39,11 @@ Result<std::vector<uint8_t>> ReadSample(const SampleRecord& sample);
 
 // The whole content of a regular file.
 Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path);
+
+// Bytes [offset, offset + size) of a file, read with pread (one call unless the kernel returns
+// fewer bytes). Corruption when the file ends first or size is over 1 GiB.
+Result<std::vector<uint8_t>> ReadFileRange(const std::string& path, uint64_t offset,
+                                           uint64_t size);
 
 }  // namespace carpool
 

@@ -1,4 +1,4 @@
-// What a source (image folder, file list, IDX pair) yields before it enters the catalog: canonical
+// What a source (image folder, file list, IDX pair, tar shards) yields before it enters the catalog: canonical
 // directories and the samples found in them. Thread-compatible value types.
 #ifndef CARPOOL_DATASETS_SOURCE_H_
 #define CARPOOL_DATASETS_SOURCE_H_
@@ -21,10 +21,12 @@ struct SourceSample {
   int64_t record_index = -1;  // record of an IDX file; -1 for a whole file
   uint64_t size = 0;          // bytes of the file or of the record
   int32_t label = -1;         // index into SourceScan::classes; -1 when unlabelled
+  int64_t offset = -1;        // of the data of a tar member (`name` in the shard `dir`); else -1
 };
 
 struct SourceScan {
-  std::vector<std::string> dirs;  // canonical absolute paths: no symlinks, ".", ".."
+  // Canonical absolute paths (no symlinks, ".", ".."): of directories, or of tar shards.
+  std::vector<std::string> dirs;
   std::vector<SourceSample> samples;
   std::vector<std::string> classes;
   // "path: reason" for each file that could not be read; the other samples are still good.

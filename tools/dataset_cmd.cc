@@ -18,16 +18,17 @@ namespace {
 constexpr std::string_view kUsage = R"(usage: carpool dataset <verb> [options]
 
 verbs:
-  add NAME (--dir PATH | --list FILE.csv | --idx IMAGES LABELS) [--prepare SPEC]
+  add NAME (--dir PATH | --list FILE.csv | --idx IMAGES LABELS | --tar SHARDS) [--prepare SPEC]
   add NAME --from DS (--classes a,b | --fraction F [--seed S] | --ids LO:HI)
   add NAME (--union | --intersect | --minus) A B [--prepare SPEC]
   ls                      list datasets
   show NAME               size, classes, source, prepare spec, overlap with the others
   rm NAME                 remove a dataset (sample ids stay reserved)
   overlap A B             |A|, |B|, |A∩B|, |A∪B|, Jaccard, |A∩B|/max(|A|,|B|)
-  gen DIR --count N [--size 500x375] [--classes K] [--seed S]
-                          write synthetic JPEGs in image-folder layout
+  gen DIR --count N [--size 500x375] [--classes K] [--seed S] [--tar [--shard-size N]]
+                          write synthetic JPEGs in image-folder layout, or as tar shards
   bench [--count N]       time registering a list of N files (default 1281167)
+  bench --tar [--count N] prepare throughput from tar shards vs the folder, same images
 
 common options: --state-dir DIR (else $CARPOOL_STATE_DIR, $XDG_STATE_HOME/carpool,
 ~/.local/state/carpool), --quiet; 'carpool dataset <verb> --help' for the rest.

@@ -5,10 +5,12 @@
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "carpool/status.h"
 #include "datasets/catalog.h"
@@ -53,10 +55,28 @@ int UsageError(std::string_view verb, std::string_view problem);
 // Resolves the state dir (flag, env, XDG, home) and opens its catalog.
 Result<std::unique_ptr<Catalog>> OpenCatalog(std::string_view state_dir_flag);
 
+// The synthetic images of `carpool dataset gen`: image i has class i mod classes and depends only
+// on (seed, i). In folder layout it is class_CCC/img_NNNNNNNN.jpg; in tar shards the members
+// img_NNNNNNNN.jpg and img_NNNNNNNN.cls of train-SSSSSS.tar.
+struct SynthSpec {
+  int width = 500, height = 375, classes = 10, quality = 90;
+  uint64_t seed = 0;
+};
+std::string SynthKey(uint64_t index);
+std::string SynthClassDir(const SynthSpec& spec, uint64_t index);
+std::string SynthShardName(uint64_t shard);
+Result<std::vector<uint8_t>> SynthesizeJpeg(const SynthSpec& spec, uint64_t index);
+// Writes images [0, count) into `dir` in folder layout (shard_size 0) or as tar shards of
+// shard_size images, on `threads` threads (0: all cores). Returns the JPEG bytes written.
+Result<uint64_t> WriteSynthetic(const std::filesystem::path& dir, const SynthSpec& spec,
+                                uint64_t count, uint64_t shard_size, unsigned threads,
+                                ProgressBar* bar);
+
 // Subcommands; argv[0] is "carpool dataset <verb>".
 int DatasetAdd(int argc, char** argv);
 int DatasetGen(int argc, char** argv);
 int DatasetBench(int argc, char** argv);
+int DatasetBenchTar(int argc, char** argv);  // bench --tar
 int DatasetInspect(std::string_view verb, int argc, char** argv);  // ls, show, rm, overlap
 
 }  // namespace carpool::tools

@@ -1,4 +1,4 @@
-// `carpool dataset add`: register a source (--dir, --list, --idx) or derive a dataset from
+// `carpool dataset add`: register a source (--dir, --list, --idx, --tar) or derive a dataset from
 // registered ones (--from, --union, --intersect, --minus).
 #include <fmt/core.h>
 
@@ -12,6 +12,7 @@
 #include "datasets/idx.h"
 #include "datasets/image_dir.h"
 #include "datasets/prepare_spec.h"
+#include "datasets/tar_shards.h"
 #include "tools/dataset_cmd.h"
 
 namespace carpool::tools {
@@ -24,7 +25,7 @@ constexpr size_t kUnreadableShown = 20;
 
 struct AddArgs {
   std::string name, state_dir, dir, list, from, classes, ids, prepare;
-  std::vector<std::string> idx, union_of, intersect_of, minus_of;
+  std::vector<std::string> idx, tar, union_of, intersect_of, minus_of;
   double fraction = 0;
   uint64_t seed = 0;
   bool replace = false, strict = false, quiet = false;
@@ -65,6 +66,8 @@ int AddFromSource(const AddArgs& a, Catalog& catalog) {
     scan = ScanImageDir(a.dir, bar.Fn());
   } else if (!a.list.empty()) {
     scan = ReadFileList(a.list, bar.Fn());
+  } else if (!a.tar.empty()) {
+    scan = ScanTarShards(a.tar, bar.Fn());
   } else {
     scan = ReadIdxPair(a.idx[0], a.idx[1]);
   }
@@ -152,6 +155,9 @@ int DatasetAdd(int argc, char** argv) {
                                                  "image folder: class subfolders, or flat")(
       "list", po::value(&a.list), "CSV of path,label (paths relative to the list's folder)")(
       "idx", po::value(&a.idx)->multitoken(), "IDX IMAGES LABELS (.gz or plain)")(
+      "tar", po::value(&a.tar)->multitoken(),
+      "tar shards (WebDataset: KEY.jpg|png + KEY.cls): 'DIR/train-{000000..000146}.tar', a "
+      "glob, or paths")(
       "from", po::value(&a.from), "derive from a registered dataset")(
       "classes", po::value(&a.classes), "with --from: class names or indices, a,b,...")(
       "fraction", po::value(&a.fraction), "with --from: keep this fraction, in (0, 1]")(
@@ -171,12 +177,14 @@ int DatasetAdd(int argc, char** argv) {
   pos.add("name", 1);
   po::variables_map vm;
   if (std::optional<int> rc = ParseVerbArgs("add", argc, argv, opts, pos, &vm)) return *rc;
-  int sources = !a.dir.empty() + !a.list.empty() + !a.idx.empty() + !a.from.empty() +
+  int sources = !a.dir.empty() + !a.list.empty() + !a.idx.empty() + !a.tar.empty() +
+                !a.from.empty() +
                 !a.union_of.empty() + !a.intersect_of.empty() + !a.minus_of.empty();
   std::string usage;
   if (a.name.empty()) usage = "missing dataset NAME";
   if (usage.empty() && sources != 1) {
-    usage = "give exactly one of --dir, --list, --idx, --from, --union, --intersect, --minus";
+    usage =
+        "give exactly one of --dir, --list, --idx, --tar, --from, --union, --intersect, --minus";
   }
   if (usage.empty() && !a.idx.empty() && a.idx.size() != 2) usage = "--idx takes IMAGES LABELS";
   for (const auto* pair : {&a.union_of, &a.intersect_of, &a.minus_of}) {

@@ -104,6 +104,9 @@ Result<Timed> Register(const fs::path& root, const std::string& name, bool quiet
 }  // namespace
 
 int DatasetBench(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--tar") return DatasetBenchTar(argc, argv);
+  }
   uint64_t count = 1281167, classes = 1000;
   std::string base = fs::temp_directory_path().string();
   bool keep = false, quiet = false;
