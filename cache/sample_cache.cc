@@ -22,8 +22,9 @@ SampleCache::SampleCache(const CacheIndex::Options& index_options, const NextUse
 
 SampleCache::~SampleCache() = default;
 
-Result<std::unique_ptr<SampleCache>> SampleCache::Create(const CacheOptions& options,
-                                                         const NextUseOracle* oracle) {
+// Not analyzed: the new object is not shared yet, so its guarded members need no lock.
+Result<std::unique_ptr<SampleCache>> SampleCache::Create(
+    const CacheOptions& options, const NextUseOracle* oracle) NO_THREAD_SAFETY_ANALYSIS {
   if (options.policy == EvictionPolicy::kNextUse && oracle == nullptr) {
     return Status::InvalidArgument("the next-use policy needs a NextUseOracle; pass the scheduler");
   }
@@ -67,7 +68,7 @@ void SampleCache::FreeEvicted(const std::vector<CacheIndex::Evicted>& evicted) {
 }
 
 std::optional<SlotRef> SampleCache::Lookup(uint32_t sample) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (pending_.count(sample) > 0) return std::nullopt;
   std::optional<CacheIndex::Entry> entry = index_.Lookup(sample);
   if (!entry) return std::nullopt;
@@ -75,12 +76,12 @@ std::optional<SlotRef> SampleCache::Lookup(uint32_t sample) {
 }
 
 bool SampleCache::Pending(uint32_t sample) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return pending_.count(sample) > 0;
 }
 
 Result<SampleCache::Allocation> SampleCache::Allocate(uint32_t sample, uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!segment_) {
     return Status::ResourceExhausted(fmt::format(
         "cannot cache sample {}: the cache is disabled (--cache-size 0); prepare it into a "
@@ -138,7 +139,7 @@ Result<SampleCache::Allocation> SampleCache::Allocate(uint32_t sample, uint64_t 
 }
 
 Result<SlotRef> SampleCache::Commit(uint32_t sample) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = pending_.find(sample);
   if (it == pending_.end()) {
     return Status::NotFound(fmt::format("sample {} has no pending slot to commit", sample));
@@ -153,7 +154,7 @@ Result<SlotRef> SampleCache::Commit(uint32_t sample) {
 }
 
 Status SampleCache::Abort(uint32_t sample) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = pending_.find(sample);
   if (it == pending_.end()) {
     return Status::NotFound(fmt::format("sample {} has no pending slot to abort", sample));
@@ -168,17 +169,17 @@ Status SampleCache::Abort(uint32_t sample) {
 }
 
 Status SampleCache::Pin(uint32_t sample) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return index_.Pin(sample);
 }
 
 Status SampleCache::Unpin(uint32_t sample) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return index_.Unpin(sample);
 }
 
 Result<std::span<const uint8_t>> SampleCache::PinnedData(uint32_t sample) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const CacheIndex::Entry* entry = index_.Find(sample);
   if (entry == nullptr || pending_.count(sample) > 0) {
     return Status::NotFound(fmt::format("sample {} is not cached (or not yet committed)", sample));
@@ -193,22 +194,22 @@ Result<std::span<const uint8_t>> SampleCache::PinnedData(uint32_t sample) {
 }
 
 bool SampleCache::AddRef(uint32_t sample, int64_t delta) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return index_.AddRef(sample, delta);
 }
 
 void SampleCache::SetRefCount(uint32_t sample, uint32_t count) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   index_.SetRefCount(sample, count);
 }
 
 uint32_t SampleCache::RefCount(uint32_t sample) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return index_.RefCount(sample);
 }
 
 CacheStats SampleCache::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   CacheStats stats;
   stats.index = index_.stats();
   if (allocator_) stats.allocator = allocator_->stats();

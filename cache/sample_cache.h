@@ -15,7 +15,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -25,6 +24,7 @@
 #include "cache/cache_index.h"
 #include "cache/segment.h"
 #include "cache/slot_allocator.h"
+#include "carpool/mutex.h"
 #include "carpool/status.h"
 
 namespace carpool::cache {
@@ -92,21 +92,25 @@ class SampleCache {
   // The segment's whole mapping in this process (empty with --cache-size 0). Every span that
   // PinnedData returns lies inside it. O(1).
   std::span<uint8_t> Mapping() const;
-  EvictionPolicy policy() const { return index_.policy(); }
+  EvictionPolicy policy() const {
+    MutexLock lock(mu_);
+    return index_.policy();
+  }
 
  private:
   SampleCache(const CacheIndex::Options& index_options, const NextUseOracle* oracle);
-  uint64_t NextGeneration(bool committed);  // odd when !committed; strictly increasing
-  void FreeSlot(uint64_t offset);           // retire the generation, return the block
-  void FreeEvicted(const std::vector<CacheIndex::Evicted>& evicted);
+  // Odd when !committed; strictly increasing.
+  uint64_t NextGeneration(bool committed) REQUIRES(mu_);
+  void FreeSlot(uint64_t offset) REQUIRES(mu_);  // retire the generation, return the block
+  void FreeEvicted(const std::vector<CacheIndex::Evicted>& evicted) REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  CacheIndex index_;                          // GUARDED_BY(mu_)
-  std::unique_ptr<SlotAllocator> allocator_;  // GUARDED_BY(mu_); null when disabled
+  mutable Mutex mu_;
+  CacheIndex index_ GUARDED_BY(mu_);
+  std::unique_ptr<SlotAllocator> allocator_ GUARDED_BY(mu_);  // null when disabled
   std::unique_ptr<Segment> segment_;          // null when disabled
-  std::unordered_map<uint32_t, uint64_t> pending_;  // GUARDED_BY(mu_): sample -> slot offset
-  uint64_t generation_ = 0;                         // GUARDED_BY(mu_)
-  uint64_t payload_bytes_ = 0;                      // GUARDED_BY(mu_)
+  std::unordered_map<uint32_t, uint64_t> pending_ GUARDED_BY(mu_);  // sample -> slot offset
+  uint64_t generation_ GUARDED_BY(mu_) = 0;
+  uint64_t payload_bytes_ GUARDED_BY(mu_) = 0;
   std::string segment_name_;
 };
 

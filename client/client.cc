@@ -5,9 +5,9 @@
 
 #include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
 
+#include "carpool/mutex.h"
 #include "client/frame_socket.h"
 #include "protocol/protocol.h"
 #include "client/cuda_ipc.h"
@@ -29,18 +29,18 @@ struct Job::State {
   std::chrono::milliseconds heartbeat_every{500};
   std::chrono::milliseconds silence_timeout{10000};
 
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
-  std::deque<protocol::BatchReady> ready;   // GUARDED_BY(mu)
-  std::optional<std::string> stats_reply;  // GUARDED_BY(mu)
-  Status failure;                          // GUARDED_BY(mu); first error, terminal
-  bool end_of_data = false;                // GUARDED_BY(mu)
-  bool closed = false;                     // GUARDED_BY(mu); the Job was destroyed
-  std::mutex stats_mu;                     // one Stats() round trip at a time
+  std::deque<protocol::BatchReady> ready GUARDED_BY(mu);
+  std::optional<std::string> stats_reply GUARDED_BY(mu);
+  Status failure GUARDED_BY(mu);  // first error, terminal
+  bool end_of_data GUARDED_BY(mu) = false;
+  bool closed GUARDED_BY(mu) = false;  // the Job was destroyed
+  Mutex stats_mu;                      // one Stats() round trip at a time
   std::thread reader;
 
   void Fail(Status s) {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     if (failure.ok() && !closed) failure = std::move(s);
     cv.notify_all();
   }
@@ -70,7 +70,7 @@ struct Job::State {
       }
       last_heard = Clock::now();
       protocol::Message& m = **frame;
-      std::unique_lock lock(mu);
+      MutexLock lock(mu);
       if (auto* b = std::get_if<protocol::BatchReady>(&m); b && b->job_id == info.job_id) {
         ready.push_back(*b);
       } else if (auto* e = std::get_if<protocol::EndOfData>(&m); e && e->job_id == info.job_id) {
@@ -78,10 +78,10 @@ struct Job::State {
       } else if (auto* st = std::get_if<protocol::StatsReply>(&m)) {
         stats_reply = std::move(st->json);
       } else if (auto* err = std::get_if<protocol::Error>(&m)) {
-        lock.unlock();
+        lock.Unlock();
         return Fail(StatusFromError(*err));
       } else if (!std::holds_alternative<protocol::Heartbeat>(m)) {
-        lock.unlock();
+        lock.Unlock();
         return Fail(Status::Corruption(
             fmt::format("server sent an unexpected {} frame to job {}",
                         protocol::MessageTypeName(protocol::TypeOf(m)), info.job_id)));
@@ -92,7 +92,7 @@ struct Job::State {
 
   void ReleaseSlot(uint32_t slot, uint64_t generation) {
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       if (closed || !failure.ok()) return;  // the server frees the job's slots by itself
     }
     Status s = socket->Send(protocol::Release{info.job_id, slot, generation});
@@ -145,12 +145,12 @@ Job::Job(std::shared_ptr<State> state) : state_(std::move(state)) {}
 Job::~Job() {
   bool say_bye;
   {
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(state_->mu);
     say_bye = state_->failure.ok();
   }
   if (say_bye) (void)state_->socket->Send(protocol::Bye{});  // best effort: the lease backs it up
   {
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(state_->mu);
     state_->closed = true;
   }
   state_->socket->Shutdown();
@@ -160,8 +160,8 @@ Job::~Job() {
 Result<std::optional<Batch>> Job::Next() {
   protocol::BatchReady ready;
   {
-    std::unique_lock lock(state_->mu);
-    state_->cv.wait(lock, [this] {
+    MutexLock lock(state_->mu);
+    state_->mu.Wait(state_->cv, [this]() REQUIRES(state_->mu) {
       return !state_->ready.empty() || !state_->failure.ok() || state_->end_of_data;
     });
     // All epochs delivered wins over a later failure (e.g. the server stopping afterwards).
@@ -196,9 +196,9 @@ Result<std::optional<Batch>> Job::Next() {
 }
 
 Result<std::string> Job::Stats() {
-  std::lock_guard stats_lock(state_->stats_mu);
+  MutexLock stats_lock(state_->stats_mu);
   {
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(state_->mu);
     if (!state_->failure.ok()) return state_->failure;
     state_->stats_reply.reset();
   }
@@ -207,9 +207,9 @@ Result<std::string> Job::Stats() {
     state_->Fail(s);
     return s;
   }
-  std::unique_lock lock(state_->mu);
+  MutexLock lock(state_->mu);
   // The reader thread fails the job after silence_timeout, so this wait is bounded.
-  state_->cv.wait(lock, [this] {
+  state_->mu.Wait(state_->cv, [this]() REQUIRES(state_->mu) {
     return state_->stats_reply.has_value() || !state_->failure.ok();
   });
   if (!state_->failure.ok()) return state_->failure;

@@ -6,7 +6,8 @@
 #include <cctype>
 #include <cstring>
 #include <map>
-#include <mutex>
+
+#include "carpool/mutex.h"
 
 namespace carpool {
 namespace {
@@ -88,11 +89,11 @@ struct OpenMapping {
   int device = -1;
   int refs = 0;
 };
-std::mutex& MappingsMu() {
-  static std::mutex mu;
+Mutex& MappingsMu() {
+  static Mutex mu;
   return mu;
 }
-std::map<std::string, OpenMapping>& Mappings() {  // GUARDED_BY(MappingsMu())
+std::map<std::string, OpenMapping>& Mappings() REQUIRES(MappingsMu()) {
   static auto* m = new std::map<std::string, OpenMapping>();
   return *m;
 }
@@ -129,7 +130,7 @@ Result<std::unique_ptr<DeviceSlotMapping>> DeviceSlotMapping::Open(const protoco
   m->stride_ = info.device_slot_stride;
   m->slot_bytes_ = info.device_slot_bytes;
   m->handle_ = info.device_handle;
-  std::lock_guard lock(MappingsMu());
+  MutexLock lock(MappingsMu());
   OpenMapping& open = Mappings()[info.device_handle];
   if (open.refs == 0) {
     CUcontext ctx = nullptr;
@@ -162,7 +163,7 @@ Result<std::unique_ptr<DeviceSlotMapping>> DeviceSlotMapping::Open(const protoco
 DeviceSlotMapping::~DeviceSlotMapping() {
   const Driver& d = GetDriver();
   if (base_ == nullptr || !d.status.ok()) return;
-  std::lock_guard lock(MappingsMu());
+  MutexLock lock(MappingsMu());
   auto it = Mappings().find(handle_);
   if (it == Mappings().end() || --it->second.refs > 0) return;
   d.CtxPush(it->second.context);

@@ -55,7 +55,7 @@ void FrameSocket::Shutdown() { ::shutdown(fd_, SHUT_RDWR); }
 Status FrameSocket::Send(const protocol::Message& message) {
   auto frame = protocol::EncodeFrame(message);
   if (!frame.ok()) return frame.status();
-  std::lock_guard lock(send_mu_);
+  MutexLock lock(send_mu_);
   size_t done = 0;
   while (done < frame->size()) {
     ssize_t n = ::send(fd_, frame->data() + done, frame->size() - done, MSG_NOSIGNAL);

@@ -6,10 +6,10 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
+#include "carpool/mutex.h"
 #include "carpool/status.h"
 #include "protocol/protocol.h"
 
@@ -41,7 +41,7 @@ class FrameSocket {
 
   int fd_;
   std::string path_;
-  std::mutex send_mu_;
+  Mutex send_mu_;
 };
 
 // Connects, says hello and returns the socket with the server's hello reply.

@@ -22,8 +22,8 @@ constexpr uint64_t kMaxRangeBytes = uint64_t{1} << 30;
 // Loaded once under its own mutex, so that a slow gunzip of one file does not block readers of
 // another.
 struct SampleReader::IdxFile {
-  std::mutex mu;
-  bool loaded = false;  // GUARDED_BY(mu); a failed load is retried on the next read
+  Mutex mu;
+  bool loaded GUARDED_BY(mu) = false;  // a failed load is retried on the next read
   std::vector<uint8_t> data;
   IdxHeader header;
 };
@@ -101,12 +101,12 @@ Result<std::shared_ptr<const SampleReader::IdxFile>> SampleReader::OpenIdx(
     const std::string& path) {
   std::shared_ptr<IdxFile> file;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     std::shared_ptr<IdxFile>& slot = idx_files_[path];
     if (!slot) slot = std::make_shared<IdxFile>();
     file = slot;
   }
-  std::lock_guard<std::mutex> lock(file->mu);
+  MutexLock lock(file->mu);
   if (!file->loaded) {
     Result<std::vector<uint8_t>> data = ReadMaybeGzip(path);
     if (!data.ok()) return data.status();

@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "carpool/mutex.h"
 #include "carpool/status.h"
 #include "datasets/catalog.h"
 
@@ -30,8 +30,8 @@ class SampleReader {
   struct IdxFile;
   Result<std::shared_ptr<const IdxFile>> OpenIdx(const std::string& path);
 
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<IdxFile>> idx_files_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::string, std::shared_ptr<IdxFile>> idx_files_ GUARDED_BY(mu_);
 };
 
 // Reads through a process-wide SampleReader.

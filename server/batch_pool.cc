@@ -54,8 +54,10 @@ int BatchPool::RemoveStaleSegments(const std::string& instance) {
   return removed;
 }
 
+// Not analyzed: the new object is not shared yet, so its guarded members need no lock.
 Result<std::unique_ptr<BatchPool>> BatchPool::Create(const std::string& name, uint64_t job_id,
-                                                     uint32_t slot_count, uint64_t slot_bytes) {
+                                                     uint32_t slot_count, uint64_t slot_bytes)
+    NO_THREAD_SAFETY_ANALYSIS {
   if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos ||
       name.size() > 200) {
     return Status::InvalidArgument(
@@ -134,7 +136,7 @@ WritableSlot BatchPool::TakeLocked(uint32_t slot) {
 }
 
 std::optional<WritableSlot> BatchPool::TryAcquire() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (shutdown_) return std::nullopt;
   for (uint32_t i = 0; i < slot_count_; ++i) {
     if (state_[i] == slots::SlotState::kFree) return TakeLocked(i);
@@ -143,9 +145,9 @@ std::optional<WritableSlot> BatchPool::TryAcquire() {
 }
 
 std::optional<WritableSlot> BatchPool::Acquire(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   std::optional<uint32_t> found;
-  freed_.wait_for(lock, timeout, [&] {
+  mu_.WaitFor(freed_, timeout, [&]() REQUIRES(mu_) {
     if (shutdown_) return true;
     for (uint32_t i = 0; i < slot_count_; ++i) {
       if (state_[i] == slots::SlotState::kFree) {
@@ -160,7 +162,7 @@ std::optional<WritableSlot> BatchPool::Acquire(std::chrono::milliseconds timeout
 }
 
 Result<uint64_t> BatchPool::Publish(uint32_t slot) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (slot >= slot_count_ || state_[slot] != slots::SlotState::kWriting) {
     return Status::FailedPrecondition(
         fmt::format("publish of slot {} of {}: it is not acquired for writing", slot, name_));
@@ -175,7 +177,7 @@ Result<uint64_t> BatchPool::Publish(uint32_t slot) {
 }
 
 Status BatchPool::Abandon(uint32_t slot) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (slot >= slot_count_ || state_[slot] != slots::SlotState::kWriting) {
     return Status::FailedPrecondition(
         fmt::format("abandon of slot {} of {}: it is not acquired for writing", slot, name_));
@@ -188,7 +190,7 @@ Status BatchPool::Abandon(uint32_t slot) {
 }
 
 Status BatchPool::Release(uint32_t slot, uint64_t generation) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (slot >= slot_count_) {
     return Status::InvalidArgument(
         fmt::format("release of slot {}: the job has {} slots", slot, slot_count_));
@@ -208,7 +210,7 @@ Status BatchPool::Release(uint32_t slot, uint64_t generation) {
 }
 
 void BatchPool::ReleaseAll() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (uint32_t i = 0; i < slot_count_; ++i) {
     state_[i] = slots::SlotState::kFree;
     Header(i).state.store(static_cast<uint32_t>(slots::SlotState::kFree),
@@ -218,20 +220,20 @@ void BatchPool::ReleaseAll() {
 }
 
 void BatchPool::Shutdown() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   shutdown_ = true;
   freed_.notify_all();
 }
 
 uint32_t BatchPool::FreeCount() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   uint32_t n = 0;
   for (auto s : state_) n += s == slots::SlotState::kFree;
   return n;
 }
 
 uint32_t BatchPool::PublishedCount() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   uint32_t n = 0;
   for (auto s : state_) n += s == slots::SlotState::kPublished;
   return n;

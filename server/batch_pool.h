@@ -15,12 +15,12 @@
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "carpool/mutex.h"
 #include "carpool/status.h"
 #include "protocol/batch_slot_layout.h"
 #include "protocol/protocol.h"
@@ -85,7 +85,7 @@ class BatchPool {
  private:
   BatchPool() = default;
   slots::SlotHeader& Header(uint32_t slot);
-  WritableSlot TakeLocked(uint32_t slot);
+  WritableSlot TakeLocked(uint32_t slot) REQUIRES(mu_);
 
   std::string name_;
   uint64_t job_id_ = 0;
@@ -95,10 +95,10 @@ class BatchPool {
   std::unique_ptr<boost::interprocess::mapped_region> region_;
   uint8_t* base_ = nullptr;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable freed_;
-  std::vector<slots::SlotState> state_;  // GUARDED_BY(mu_); the shm copy is for readers only
-  bool shutdown_ = false;                // GUARDED_BY(mu_)
+  std::vector<slots::SlotState> state_ GUARDED_BY(mu_);  // the shm copy is for readers only
+  bool shutdown_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace carpool

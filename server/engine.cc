@@ -22,8 +22,9 @@ void Engine::RefSink::AddRef(SampleId sample, int64_t delta) {
 Engine::Engine(const EngineOptions& options, const Catalog* catalog)
     : options_(options), catalog_(catalog), start_(std::chrono::steady_clock::now()) {}
 
+// Not analyzed: the new object is not shared yet, so its guarded members need no lock.
 Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
-                                               const Catalog* catalog) {
+                                               const Catalog* catalog) NO_THREAD_SAFETY_ANALYSIS {
   if (options.lookahead == 0) {
     return Status::InvalidArgument("--lookahead 0: the look-ahead must be at least 1 sample");
   }
@@ -46,7 +47,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   go.resident_bytes = options.gpu_cache_bytes;
   go.host_region = e->cache_->Mapping();
   go.next_use = [raw = e.get()](std::span<const uint32_t> samples, std::span<double> out) {
-    std::lock_guard lock(raw->mu_);
+    MutexLock lock(raw->mu_);
     for (size_t i = 0; i < samples.size(); ++i) out[i] = raw->scheduler_->NextUse(samples[i]);
   };
   Result<std::vector<std::unique_ptr<GpuService>>> gpus = CreateGpuServices(go);
@@ -70,7 +71,7 @@ Engine::~Engine() { Stop(); }
 
 void Engine::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stop_ && !coordinator_.joinable()) return;
     stop_ = true;
   }
@@ -85,7 +86,7 @@ double Engine::Now() const {
 
 void Engine::Wake() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     woken_ = true;
   }
   wake_.notify_one();
@@ -113,7 +114,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   }
   Result<DatasetSamples> dataset = Status::Internal("not loaded");
   {
-    std::lock_guard lock(catalog_mu_);
+    MutexLock lock(catalog_mu_);
     dataset = LoadDatasetSamples(*catalog_, request.dataset, reader_);
   }
   if (!dataset.ok()) return dataset.status();
@@ -159,7 +160,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   job->sink = std::move(sink);
   job->gpu = ServedGpu(*device);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     Status added = samples_.Add(*dataset);
     if (!added.ok()) return added;
     job->sched = next_job_id_++;
@@ -212,7 +213,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   }
 
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     // Ask for the batches the credits allow, and one more, to be decided ahead.
     const uint64_t prefetch_samples =
         std::min<uint64_t>(options_.lookahead, uint64_t{request.prefetch + 1} * request.batch_size);
@@ -244,7 +245,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
 Status Engine::Release(uint64_t job_id, uint32_t slot, uint64_t generation) {
   Status released;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) return Status::NotFound(fmt::format("job {} is gone", job_id));
     released = it->second->pool->Release(slot, generation);
@@ -257,13 +258,13 @@ Status Engine::Release(uint64_t job_id, uint32_t slot, uint64_t generation) {
 void Engine::RemoveJob(uint64_t job_id) {
   std::unique_ptr<Job> job;
   {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) return;
     Job& j = *it->second;
     j.removed = true;
     // The batch in flight, if any, still calls the sink; wait for it (milliseconds).
-    assembled_.wait(lock, [&j] { return !j.assembling; });
+    mu_.Wait(assembled_, [&j] { return !j.assembling; });
     if (j.group != nullptr) {
       LeaveGroup(j);
     } else if (scheduler_->Contains(j.sched)) {
@@ -318,13 +319,13 @@ Result<int> Engine::ParseDevice(const std::string& device) const {
 }
 
 void Engine::CoordinatorLoop() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (!stop_) {
     const auto begin = std::chrono::steady_clock::now();
     Step();
     coordinator_seconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    wake_.wait_for(lock, options_.tick, [this] { return woken_ || stop_; });
+    mu_.WaitFor(wake_, options_.tick, [this]() REQUIRES(mu_) { return woken_ || stop_; });
     woken_ = false;
   }
 }
@@ -372,7 +373,8 @@ void Engine::FeedPreparation() {
   // failed commit, a lookup miss of a sample another job decided again); those are prepared
   // when their batch reaches the front (TryBuildBatch), so the walk may skip known-ready prefixes.
   scheduler_->NextToPrepare(
-      cap - prep_outstanding_, [this](SampleId s) { return Ready(s); }, &next, horizon,
+      cap - prep_outstanding_, [this](SampleId s) REQUIRES(mu_) { return Ready(s); }, &next,
+      horizon,
       /*ready_persists=*/true);
   for (SampleId s : next) StartPreparation(s);
 }

@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -24,6 +23,7 @@
 #include <vector>
 
 #include "cache/sample_cache.h"
+#include "carpool/mutex.h"
 #include "datasets/catalog.h"
 #include "datasets/sample_reader.h"
 #include "sampler/node_partition.h"
@@ -117,33 +117,36 @@ class Engine : public JobService {
   double Now() const;
   void Wake();
   void CoordinatorLoop();
-  // One coordinator pass: rounds, preparation requests, batches, ends of data. REQUIRES: mu_.
-  void Step();
-  void FeedPreparation();
-  void StartPreparation(uint32_t sample);  // REQUIRES: mu_, the sample not Ready()
-  void TryBuildBatch(Job& job);
-  void FinishIfDone(Job& job);
-  bool Ready(uint32_t sample) const;  // REQUIRES: mu_
+  // One coordinator pass: rounds, preparation requests, batches, ends of data.
+  void Step() REQUIRES(mu_);
+  void FeedPreparation() REQUIRES(mu_);
+  void StartPreparation(uint32_t sample) REQUIRES(mu_);  // REQUIRES: the sample not Ready()
+  void TryBuildBatch(Job& job) REQUIRES(mu_);
+  void FinishIfDone(Job& job) REQUIRES(mu_);
+  bool Ready(uint32_t sample) const REQUIRES(mu_);
   // Whether every sample of the job's front batch (`decisions`) is prepared (cached, transient or
-  // bad); starts the preparations it lacks. REQUIRES: mu_. Cost: O(samples not known prepared).
-  bool FrontBatchPrepared(Job& job, const std::vector<Decision>& decisions);
-  void MarkBad(uint32_t sample, const SampleSource& source, const Status& status);  // mu_
+  // bad); starts the preparations it lacks. Cost: O(samples not known prepared).
+  bool FrontBatchPrepared(Job& job, const std::vector<Decision>& decisions) REQUIRES(mu_);
+  void MarkBad(uint32_t sample, const SampleSource& source, const Status& status) REQUIRES(mu_);
 
   // Data-parallel jobs (engine_groups.cc). All REQUIRE mu_.
   // Adds `job` (a rank) to its key's group; the last rank to join adds the group to the scheduler.
   // `ids`: this node's part of the dataset; `batches_per_epoch`: what every node agreed on.
-  Status JoinGroup(Job& job, const Roaring& ids, uint64_t batches_per_epoch);
+  Status JoinGroup(Job& job, const Roaring& ids, uint64_t batches_per_epoch) REQUIRES(mu_);
   // The rank's slice of the front global batch, taking that batch from the scheduler first;
   // false when the rank has nothing to build now.
-  bool RankSlice(Job& job, std::vector<Decision>* slice);
-  bool TakeGlobalBatch(Group& group);  // the group's next global batch (or padding); false: none
-  void SliceAssembled(Job& job);  // after its batch task; the last slice consumes the batch
-  bool FinishRankIfDone(Job& job);  // sends end-of-data once the group's data is all delivered
-  void LeaveGroup(Job& job);      // RemoveJob of a rank: an early leave fails the others
-  void FailGroup(Group& group, const Status& why);
-  void CheckGroups();  // fails groups whose ranks did not all join in time
-  // Logs a bookkeeping transition that failed (a bug, never expected). REQUIRES: mu_.
-  void Check(const Status& transition) const;
+  bool RankSlice(Job& job, std::vector<Decision>* slice) REQUIRES(mu_);
+  // The group's next global batch (or padding); false: none.
+  bool TakeGlobalBatch(Group& group) REQUIRES(mu_);
+  // After its batch task; the last slice consumes the batch.
+  void SliceAssembled(Job& job) REQUIRES(mu_);
+  // Sends end-of-data once the group's data is all delivered.
+  bool FinishRankIfDone(Job& job) REQUIRES(mu_);
+  void LeaveGroup(Job& job) REQUIRES(mu_);  // RemoveJob of a rank: an early leave fails the others
+  void FailGroup(Group& group, const Status& why) REQUIRES(mu_);
+  void CheckGroups() REQUIRES(mu_);  // fails groups whose ranks did not all join in time
+  // Logs a bookkeeping transition that failed (a bug, never expected).
+  void Check(const Status& transition) const REQUIRES(mu_);
 
   // Worker tasks (engine_tasks.cc).
   void Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source);
@@ -151,48 +154,58 @@ class Engine : public JobService {
   // Prepares one sample outside the cache (no cache, or no room): counts a preparation.
   Result<PreparedImage> PrepareTransient(const SampleSource& source);
 
-  JobSnapshot SnapshotJob(const Job& job) const;  // REQUIRES: mu_ (engine_stats.cc)
-  EngineSnapshot SnapshotLocked() const;      // REQUIRES: mu_
+  JobSnapshot SnapshotJob(const Job& job) const REQUIRES(mu_);  // engine_stats.cc
+  EngineSnapshot SnapshotLocked() const REQUIRES(mu_);
   GpuService* ServedGpu(int device) const;     // null when not served
   // "cpu" -> -1, "cuda" / "cuda:N" -> N; the error names the devices served.
   Result<int> ParseDevice(const std::string& device) const;
 
   const EngineOptions options_;
   const Catalog* catalog_;
-  std::mutex catalog_mu_;  // the catalog is thread-compatible
+  Mutex catalog_mu_;  // the catalog is thread-compatible
   SampleReader reader_;
   const std::chrono::steady_clock::time_point start_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable wake_;       // the coordinator waits on it
   std::condition_variable assembled_;  // RemoveJob waits on it for the job's batch in flight
-  bool woken_ = false;                 // GUARDED_BY(mu_)
-  bool stop_ = false;                  // GUARDED_BY(mu_)
+  bool woken_ GUARDED_BY(mu_) = false;
+  bool stop_ GUARDED_BY(mu_) = false;
   RefSink refs_;
-  std::unique_ptr<Scheduler> scheduler_;       // GUARDED_BY(mu_)
+  std::unique_ptr<Scheduler> scheduler_ GUARDED_BY(mu_);
   std::unique_ptr<cache::SampleCache> cache_;  // thread-safe; Allocate under mu_
   // Thread-safe; after cache_ (its registration of the segment goes first) and before jobs_
   // (their device slots go first). Lock order: a GPU's own mutex, then mu_ (its next-use query).
   std::vector<std::unique_ptr<GpuService>> gpus_;
-  SampleTable samples_;                        // GUARDED_BY(mu_)
-  std::map<uint64_t, std::unique_ptr<Job>> jobs_;  // GUARDED_BY(mu_)
-  std::map<std::string, std::unique_ptr<Group>> groups_;  // GUARDED_BY(mu_), by job key
-  uint32_t next_job_id_ = 1;                       // GUARDED_BY(mu_)
-  SampleStates states_;  // GUARDED_BY(mu_): queued, preparing, cached, transient or bad
-  size_t prep_outstanding_ = 0;
-  // Counters (GUARDED_BY(mu_)).
-  uint64_t preparations_ = 0;
-  uint64_t prepared_bytes_ = 0;  // payload bytes of those preparations
-  uint64_t transient_preparations_ = 0;
-  uint64_t deliveries_ = 0;
-  uint64_t batches_ = 0;
-  uint64_t skipped_ = 0;
-  uint64_t pins_ = 0;  // pins held by batches being assembled
-  uint64_t jobs_created_ = 0, jobs_removed_ = 0;
-  double coordinator_seconds_ = 0;  // in Step, holding mu_: the engine's serial part
-  // Time worker tasks waited to take mu_ (LockFromWorker): contention on the engine's lock.
+  SampleTable samples_ GUARDED_BY(mu_);
+  std::map<uint64_t, std::unique_ptr<Job>> jobs_ GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<Group>> groups_ GUARDED_BY(mu_);  // by job key
+  uint32_t next_job_id_ GUARDED_BY(mu_) = 1;
+  SampleStates states_ GUARDED_BY(mu_);  // queued, preparing, cached, transient or bad
+  size_t prep_outstanding_ GUARDED_BY(mu_) = 0;
+  // Counters.
+  uint64_t preparations_ GUARDED_BY(mu_) = 0;
+  uint64_t prepared_bytes_ GUARDED_BY(mu_) = 0;  // payload bytes of those preparations
+  uint64_t transient_preparations_ GUARDED_BY(mu_) = 0;
+  uint64_t deliveries_ GUARDED_BY(mu_) = 0;
+  uint64_t batches_ GUARDED_BY(mu_) = 0;
+  uint64_t skipped_ GUARDED_BY(mu_) = 0;
+  uint64_t pins_ GUARDED_BY(mu_) = 0;  // pins held by batches being assembled
+  uint64_t jobs_created_ GUARDED_BY(mu_) = 0, jobs_removed_ GUARDED_BY(mu_) = 0;
+  double coordinator_seconds_ GUARDED_BY(mu_) = 0;  // in Step: the engine's serial part
+  // Time worker tasks waited to take mu_ (WorkerLock): contention on the engine's lock.
   std::atomic<uint64_t> worker_lock_wait_ns_{0};
-  std::unique_lock<std::mutex> LockFromWorker();  // mu_, its wait counted
+  // Holds mu_ for its scope; a worker's wait to take it is counted.
+  class SCOPED_CAPABILITY WorkerLock {
+   public:
+    explicit WorkerLock(Engine& engine) ACQUIRE(engine.mu_);
+    ~WorkerLock() RELEASE();
+    WorkerLock(const WorkerLock&) = delete;
+    WorkerLock& operator=(const WorkerLock&) = delete;
+
+   private:
+    Engine& engine_;
+  };
   WorkerPhases phases_;  // workers in each phase of their tasks, for the stats
 
   std::unique_ptr<WorkerPool> workers_;

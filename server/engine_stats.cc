@@ -86,7 +86,7 @@ EngineSnapshot Engine::SnapshotLocked() const {
 }
 
 EngineSnapshot Engine::Snapshot() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return SnapshotLocked();
 }
 
@@ -196,7 +196,7 @@ Json ServerJson(const EngineSnapshot& s) {
 }  // namespace
 
 std::string Engine::Stats(uint64_t job_id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (job_id == 0) return Dump(ServerJson(SnapshotLocked()));
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return Dump(Json{{"id", job_id}, {"gone", true}});

@@ -14,23 +14,24 @@
 
 namespace carpool {
 
-std::unique_lock<std::mutex> Engine::LockFromWorker() {
+Engine::WorkerLock::WorkerLock(Engine& engine) : engine_(engine) {
   const auto begin = std::chrono::steady_clock::now();
-  WorkerPhases::Scope phase(phases_, WorkerPhase::kLock);
-  std::unique_lock lock(mu_);
-  worker_lock_wait_ns_.fetch_add(
+  WorkerPhases::Scope phase(engine_.phases_, WorkerPhase::kLock);
+  engine_.mu_.Lock();
+  engine_.worker_lock_wait_ns_.fetch_add(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin)
           .count(),
       std::memory_order_relaxed);
-  return lock;
 }
+
+Engine::WorkerLock::~WorkerLock() { engine_.mu_.Unlock(); }
 
 void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source) {
   const SampleSource& src = *source;
   // Ends the task: `fn` updates the sample's state under the lock.
   auto finish = [&](auto&& fn) {
     {
-      std::unique_lock lock = LockFromWorker();
+      WorkerLock lock(*this);
       fn();
       --prep_outstanding_;
       woken_ = true;
@@ -43,16 +44,16 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
   }();
   Result<PreparedShape> shape = bytes.ok() ? PreparedShapeFor(src.spec, *bytes, src.raw_shape)
                                            : Result<PreparedShape>(bytes.status());
-  if (!shape.ok()) return finish([&] { MarkBad(sample, src, shape.status()); });
+  if (!shape.ok()) return finish([&]() REQUIRES(mu_) { MarkBad(sample, src, shape.status()); });
   Result<cache::SampleCache::Allocation> slot = Status::Internal("not allocated");
   {
-    std::unique_lock lock = LockFromWorker();  // Allocate may ask the scheduler for next uses
+    WorkerLock lock(*this);  // Allocate may ask the scheduler for next uses
     WorkerPhases::Scope phase(phases_, WorkerPhase::kAllocate);
     slot = cache_->Allocate(sample, shape->bytes());
   }
   if (!slot.ok()) {
     const StatusCode code = slot.status().code();
-    return finish([&] {
+    return finish([&]() REQUIRES(mu_) {
       if (code == StatusCode::kAlreadyExists) {
         if (Status cached = states_.AlreadyCached(sample); !cached.ok()) {
           Check(cached);
@@ -71,13 +72,13 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
   }();
   if (!written.ok()) {
     (void)cache_->Abort(sample);
-    return finish([&] { MarkBad(sample, src, written.status()); });
+    return finish([&]() REQUIRES(mu_) { MarkBad(sample, src, written.status()); });
   }
   Result<cache::SlotRef> committed = [&] {
     WorkerPhases::Scope phase(phases_, WorkerPhase::kCommit);
     return cache_->Commit(sample);
   }();
-  finish([&] {
+  finish([&]() REQUIRES(mu_) {
     if (!committed.ok()) {
       log::Error("sample {}: {}", sample, committed.status().ToString());
       Check(states_.Abandoned(sample));
@@ -219,7 +220,7 @@ void Engine::Assemble(BatchTask task) {
   delivering.reset();
 
   {
-    std::unique_lock lock = LockFromWorker();
+    WorkerLock lock(*this);
     pins_ -= unpinned;
     for (const auto& [sample, status] : unreadable) {
       std::shared_ptr<const SampleSource> source = samples_.Find(sample);

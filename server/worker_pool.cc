@@ -16,7 +16,7 @@ WorkerPool::~WorkerPool() { Shutdown(); }
 
 void WorkerPool::Post(Priority priority, std::function<void()> task) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stop_) return;
     (priority == Priority::kHigh ? high_ : normal_).push_back(std::move(task));
   }
@@ -25,7 +25,7 @@ void WorkerPool::Post(Priority priority, std::function<void()> task) {
 
 void WorkerPool::Shutdown() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stop_ && threads_.empty()) return;
     stop_ = true;
     high_.clear();
@@ -39,7 +39,7 @@ void WorkerPool::Shutdown() {
 }
 
 WorkerPool::Load WorkerPool::CurrentLoad() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return {busy_, high_.size() + normal_.size()};
 }
 
@@ -49,10 +49,11 @@ void WorkerPool::Run(const std::function<void()>& thread_init) {
   for (;;) {
     std::function<void()> task;
     {
-      std::unique_lock lock(mu_);
+      MutexLock lock(mu_);
       if (ran) --busy_;  // the task of the previous turn is done
       ran = false;
-      ready_.wait(lock, [this] { return stop_ || !high_.empty() || !normal_.empty(); });
+      mu_.Wait(ready_,
+               [this]() REQUIRES(mu_) { return stop_ || !high_.empty() || !normal_.empty(); });
       if (stop_) return;
       std::deque<std::function<void()>>& q = high_.empty() ? normal_ : high_;
       task = std::move(q.front());

@@ -9,9 +9,10 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "carpool/mutex.h"
 
 namespace carpool {
 
@@ -39,12 +40,12 @@ class WorkerPool {
  private:
   void Run(const std::function<void()>& thread_init);
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable ready_;
-  std::deque<std::function<void()>> high_;    // GUARDED_BY(mu_)
-  std::deque<std::function<void()>> normal_;  // GUARDED_BY(mu_)
-  bool stop_ = false;                         // GUARDED_BY(mu_)
-  size_t busy_ = 0;                           // GUARDED_BY(mu_)
+  std::deque<std::function<void()>> high_ GUARDED_BY(mu_);
+  std::deque<std::function<void()>> normal_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  size_t busy_ GUARDED_BY(mu_) = 0;
   std::vector<std::thread> threads_;
 };
 

@@ -19,7 +19,7 @@ uint64_t DatasetSize(const std::string& name) {
 TestJobService::~TestJobService() {
   std::map<uint64_t, std::shared_ptr<Job>> jobs;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     jobs.swap(jobs_);
   }
   for (auto& [id, job] : jobs) {
@@ -39,7 +39,7 @@ Result<protocol::JobInfo> TestJobService::CreateJob(const protocol::CreateJob& r
   }
   auto job = std::make_shared<Job>();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     job->info.job_id = next_id_++;
   }
   slots::BatchLayout layout = slots::PlanBatchLayout(request.batch_size, kTestSampleBytes);
@@ -62,7 +62,7 @@ Result<protocol::JobInfo> TestJobService::CreateJob(const protocol::CreateJob& r
   info.slot_count = job->pool->slot_count();
   info.slot_bytes = job->pool->slot_bytes();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     jobs_[info.job_id] = job;
   }
   job->producer = std::thread([this, j = job.get()] { Produce(*j); });
@@ -107,7 +107,7 @@ void TestJobService::Produce(Job& job) {
 Status TestJobService::Release(uint64_t job_id, uint32_t slot, uint64_t generation) {
   std::shared_ptr<Job> job;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) return Status::NotFound(fmt::format("job {} is gone", job_id));
     job = it->second;
@@ -118,7 +118,7 @@ Status TestJobService::Release(uint64_t job_id, uint32_t slot, uint64_t generati
 void TestJobService::RemoveJob(uint64_t job_id) {
   std::shared_ptr<Job> job;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) return;
     job = std::move(it->second);
@@ -133,7 +133,7 @@ void TestJobService::RemoveJob(uint64_t job_id) {
 }  // the pool's destructor unlinks the segment
 
 std::string TestJobService::Stats(uint64_t job_id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (job_id == 0) {
     return nlohmann::json{{"active_jobs", jobs_.size()}, {"removed_jobs", removed_}}.dump();
   }

@@ -10,10 +10,10 @@
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "carpool/mutex.h"
 #include "server/batch_pool.h"
 #include "server/job_service.h"
 
@@ -51,10 +51,10 @@ class TestJobService : public JobService {
   void Produce(Job& job);
 
   std::string instance_;
-  std::mutex mu_;
-  std::map<uint64_t, std::shared_ptr<Job>> jobs_;  // GUARDED_BY(mu_)
-  uint64_t next_id_ = 1;                           // GUARDED_BY(mu_)
-  uint64_t removed_ = 0;                           // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<uint64_t, std::shared_ptr<Job>> jobs_ GUARDED_BY(mu_);
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  uint64_t removed_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace carpool

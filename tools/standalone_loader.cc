@@ -50,7 +50,7 @@ StandaloneLoader::StandaloneLoader(StandaloneOptions options)
 
 StandaloneLoader::~StandaloneLoader() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -82,8 +82,8 @@ void StandaloneLoader::WorkerLoop() {
     uint64_t g = 0;
     std::vector<uint32_t> members;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] {
+      MutexLock lock(mu_);
+      mu_.Wait(cv_, [&]() REQUIRES(mu_) {
         return stop_ || next_build_ >= total_batches_ ||
                next_build_ < next_deliver_ + options_.prefetch;
       });
@@ -93,7 +93,7 @@ void StandaloneLoader::WorkerLoop() {
     }
     Result<StandaloneBatch> batch = Build(g, members);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       ready_.emplace(g, std::move(batch));
     }
     cv_.notify_all();
@@ -136,19 +136,19 @@ Result<StandaloneBatch> StandaloneLoader::Build(uint64_t g, const std::vector<ui
 }
 
 Result<std::optional<StandaloneBatch>> StandaloneLoader::Next() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (next_deliver_ >= total_batches_) return std::optional<StandaloneBatch>();
-  cv_.wait(lock, [&] { return ready_.count(next_deliver_) > 0; });
+  mu_.Wait(cv_, [&]() REQUIRES(mu_) { return ready_.count(next_deliver_) > 0; });
   auto node = ready_.extract(next_deliver_);
   if (!node.mapped().ok()) {
     next_deliver_ = total_batches_;  // finished: later calls end the iteration
     stop_ = true;
-    lock.unlock();
+    lock.Unlock();
     cv_.notify_all();
     return node.mapped().status();
   }
   ++next_deliver_;
-  lock.unlock();
+  lock.Unlock();
   cv_.notify_all();  // a worker may start the batch this one made room for
   return std::optional<StandaloneBatch>(std::move(node.mapped()).value());
 }

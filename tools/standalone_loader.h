@@ -14,11 +14,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "carpool/mutex.h"
 #include "carpool/status.h"
 #include "datasets/catalog.h"
 #include "datasets/prepare_spec.h"
@@ -70,8 +70,8 @@ class StandaloneLoader {
  private:
   explicit StandaloneLoader(StandaloneOptions options);
   void WorkerLoop();
-  // The sample indices of global batch g, shuffling its epoch on first use. REQUIRES: mu_.
-  std::vector<uint32_t> BatchMembers(uint64_t g);
+  // The sample indices of global batch g, shuffling its epoch on first use.
+  std::vector<uint32_t> BatchMembers(uint64_t g) REQUIRES(mu_);
   Result<StandaloneBatch> Build(uint64_t g, const std::vector<uint32_t>& members);
 
   const StandaloneOptions options_;
@@ -80,13 +80,13 @@ class StandaloneLoader {
   SampleReader reader_;
   std::atomic<uint64_t> preparations_{0};
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  uint64_t next_build_ = 0;    // GUARDED_BY(mu_): the next batch a worker starts
-  uint64_t next_deliver_ = 0;  // GUARDED_BY(mu_): the next batch Next() returns
-  bool stop_ = false;          // GUARDED_BY(mu_)
-  std::map<uint64_t, Result<StandaloneBatch>> ready_;  // GUARDED_BY(mu_)
-  std::map<uint32_t, std::vector<uint32_t>> orders_;   // GUARDED_BY(mu_): epoch -> permutation
+  uint64_t next_build_ GUARDED_BY(mu_) = 0;    // the next batch a worker starts
+  uint64_t next_deliver_ GUARDED_BY(mu_) = 0;  // the next batch Next() returns
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::map<uint64_t, Result<StandaloneBatch>> ready_ GUARDED_BY(mu_);
+  std::map<uint32_t, std::vector<uint32_t>> orders_ GUARDED_BY(mu_);  // epoch -> permutation
   std::vector<std::thread> workers_;
 };
 

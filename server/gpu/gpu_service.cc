@@ -8,12 +8,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "carpool/log.h"
+#include "carpool/mutex.h"
 #include "server/gpu/cuda_check.h"
 #include "server/gpu/device_probe.h"
 #include "server/gpu/gpu_assembler.h"
@@ -130,19 +130,19 @@ class CudaGpuService : public GpuService {
  private:
   CudaGpuService(int device, std::string name, std::string pci, uint64_t resident_bytes)
       : device_(device), name_(std::move(name)), pci_(std::move(pci)), area_(resident_bytes) {}
-  Status BuildLocked(const DeviceBatchRequest& request, const CudaDeviceSlots& slots);
+  Status BuildLocked(const DeviceBatchRequest& request, const CudaDeviceSlots& slots) REQUIRES(mu_);
 
   const int device_;
   const std::string name_, pci_;
   ResidentArea::NextUseFn next_use_;
 
-  std::mutex mu_;  // serializes Build: the stream, the assembler and the resident area
-  std::unique_ptr<gpu::GpuAssembler> assembler_;  // GUARDED_BY(mu_)
+  Mutex mu_;  // serializes Build: the stream, the assembler and the resident area
+  std::unique_ptr<gpu::GpuAssembler> assembler_ GUARDED_BY(mu_);
   gpu::CudaStream stream_;
   gpu::HostRegistration registration_;  // the cache segment, for DMA
   gpu::DeviceBuffer area_memory_;
-  ResidentArea area_;                  // GUARDED_BY(mu_)
-  gpu::PinnedHostBuffer label_staging_;  // GUARDED_BY(mu_)
+  ResidentArea area_ GUARDED_BY(mu_);
+  gpu::PinnedHostBuffer label_staging_ GUARDED_BY(mu_);
 
   std::atomic<uint64_t> batches_{0}, images_{0}, uploads_{0}, upload_bytes_{0};
   std::atomic<uint64_t> resident_hits_{0}, resident_evictions_{0}, resident_bytes_{0};
@@ -150,9 +150,9 @@ class CudaGpuService : public GpuService {
   std::atomic<uint64_t> assemble_ns_{0};
 };
 
-Result<std::unique_ptr<CudaGpuService>> CudaGpuService::Create(int device,
-                                                               const GpuServiceOptions& options,
-                                                               bool register_host) {
+// Not analyzed: the new object is not shared yet, so its guarded members need no lock.
+Result<std::unique_ptr<CudaGpuService>> CudaGpuService::Create(
+    int device, const GpuServiceOptions& options, bool register_host) NO_THREAD_SAFETY_ANALYSIS {
   Result<std::vector<gpu::DeviceInfo>> devices = gpu::ListCudaDevices();
   if (!devices.ok()) return devices.status();
   if (device < 0 || device >= static_cast<int>(devices->size())) {
@@ -275,7 +275,7 @@ Status CudaGpuService::Build(const DeviceBatchRequest& request) {
         request.sample_ids.size(), request.seeds.size(), request.labels.size()));
   }
   const auto start = std::chrono::steady_clock::now();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Status built = BuildLocked(request, *slots);
   assemble_ns_ += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
@@ -368,7 +368,8 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
   return Status::OK();
 }
 
-GpuCounters CudaGpuService::Counters() const {
+// Not analyzed: area_.capacity() is fixed at creation, and taking mu_ would wait out a build.
+GpuCounters CudaGpuService::Counters() const NO_THREAD_SAFETY_ANALYSIS {
   GpuCounters c;
   c.device = device_;
   c.name = name_;
