@@ -16,7 +16,9 @@
 #include <cstring>
 #include <future>
 #include <map>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include "datasets/image_dir.h"
 
@@ -206,12 +208,46 @@ ShardResult ScanShard(const std::string& path) {
   return r;
 }
 
+// The records "LEN KEY=VALUE\n" of a pax extended header: `path` and `size` are kept.
+Status ParsePaxRecords(std::string_view text, std::optional<std::string>* path, uint64_t* size) {
+  while (!text.empty()) {
+    uint64_t len = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), len);
+    const size_t digits = static_cast<size_t>(end - text.data());
+    if (ec != std::errc() || len <= digits + 1 || len > text.size() || text[digits] != ' ' ||
+        text[len - 1] != '\n') {
+      return Status::Corruption("a record is not \"LENGTH KEY=VALUE\\n\"");
+    }
+    std::string_view record = text.substr(digits + 1, len - digits - 2);
+    text.remove_prefix(len);
+    const size_t eq = record.find('=');
+    if (eq == std::string_view::npos) return Status::Corruption("a record has no '='");
+    std::string_view key = record.substr(0, eq), value = record.substr(eq + 1);
+    if (key == "path") {
+      *path = std::string(value);
+    } else if (key == "size") {
+      uint64_t v = 0;
+      auto [e, err] = std::from_chars(value.data(), value.data() + value.size(), v);
+      if (err != std::errc() || e != value.data() + value.size()) {
+        return Status::Corruption(fmt::format("size \"{}\" is not a number", value));
+      }
+      *size = v;
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status ListTarMembers(std::string_view shard, uint64_t shard_size, const TarReadAt& read_at,
                       std::vector<TarMember>* out) {
   uint8_t h[kTarBlock];
   uint64_t off = 0;
+  // A pax ('x') or GNU ('L') extension header names the next member (Python's tarfile, and so
+  // the webdataset library, writes pax headers); its path and size override the ustar fields.
+  std::optional<std::string> next_name;
+  constexpr uint64_t kNoSize = UINT64_MAX;
+  uint64_t next_size = kNoSize;
   while (off < shard_size) {
     Result<size_t> got = read_at(off, kTarBlock, h);
     if (!got.ok()) {
@@ -240,15 +276,36 @@ Status ListTarMembers(std::string_view shard, uint64_t shard_size, const TarRead
     char type = static_cast<char>(h[kTypeOff]);
     std::string name(Field(h, kNameOff, kNameLen));
     if (type == 'L' || type == 'K' || type == 'x' || type == 'g') {
-      return Status::InvalidArgument(fmt::format(
-          "tar shard \"{}\": the header at byte {} is a {} extension header (for \"{}\"), which "
-          "carpool does not read; re-create the shard in ustar format (names up to 255 bytes), "
-          "e.g. 'tar --format=ustar' or 'carpool dataset gen --tar'",
-          shard, off, type == 'L' || type == 'K' ? "GNU long-name" : "pax", name));
+      constexpr uint64_t kMaxExtension = uint64_t{1} << 20;
+      if (size > kMaxExtension || off + kTarBlock + size > shard_size) {
+        return Status::Corruption(fmt::format(
+            "tar shard \"{}\": the extension header at byte {} claims {} bytes; is the shard "
+            "intact?",
+            shard, off, size));
+      }
+      std::string text(size, '\0');
+      Result<size_t> read = read_at(off + kTarBlock, size, reinterpret_cast<uint8_t*>(text.data()));
+      if (!read.ok() || *read != size) {
+        return Status::IOError(fmt::format("reading tar shard \"{}\" at byte {}: {}", shard,
+                                           off + kTarBlock,
+                                           read.ok() ? "short read" : read.status().message()));
+      }
+      if (type == 'L') {
+        next_name = std::string(text.c_str());  // NUL-terminated
+      } else if (type == 'x') {
+        if (Status parsed = ParsePaxRecords(text, &next_name, &next_size); !parsed.ok()) {
+          return Status::Corruption(fmt::format("tar shard \"{}\": the pax header at byte {}: {}",
+                                                shard, off, parsed.message()));
+        }
+      }  // 'K' (a long link name) and 'g' (global records) name no member of ours
+      off += kTarBlock + PaddedSize(size);
+      continue;
     }
     std::string_view magic = Field(h, kMagicOff, 6);
     std::string_view prefix = Field(h, kPrefixOff, kPrefixLen);
     if (magic == "ustar" && !prefix.empty()) name = fmt::format("{}/{}", prefix, name);
+    if (next_name) name = *std::exchange(next_name, std::nullopt);
+    if (next_size != kNoSize) size = std::exchange(next_size, kNoSize);
     uint64_t data = off + kTarBlock;
     if (size > shard_size || data + size > shard_size) {
       return Status::Corruption(fmt::format(

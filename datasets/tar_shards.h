@@ -31,7 +31,8 @@ struct TarMember {
 // to `out`; directories are skipped. Stops at the end-of-archive block or at the end of `data` on
 // a block boundary. Errors, with the members before the problem already in `out`:
 //  - Corruption: a header with a bad checksum, a truncated header or member data;
-//  - InvalidArgument: a GNU long name ('L'/'K') or pax ('x'/'g') header, which is not supported.
+//  - Corruption: a pax ('x') header whose records are malformed. Pax and GNU long-name ('L')
+//    headers name the next member; 'g' and 'K' headers are skipped.
 // `shard` names the archive in messages. `data` is read through `read_at(offset, n, buf)` which
 // returns the bytes it read (fewer only at the end of the shard).
 using TarReadAt = std::function<Result<size_t>(uint64_t offset, size_t n, uint8_t* buf)>;
