@@ -21,20 +21,6 @@ try:
 except ImportError:
     torch = None
 
-FX = None
-
-
-def setUpModule():
-    global FX
-    if torch is not None:
-        FX = ServerFixture()
-
-
-def tearDownModule():
-    if FX is not None:
-        FX.close()
-
-
 def free_port():
     with socketlib.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -76,13 +62,21 @@ def rank_main(rank, world, port, run_id, sock, batch, epochs, out):
 
 @unittest.skipIf(torch is None, "needs torch")
 class DdpGlooTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.fx = ServerFixture()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.fx.close()
+
     def run_job(self, world, batch=32, epochs=2, deadline=120.0):
         ctx = mp.get_context("spawn")
         out = ctx.Queue()
         port = free_port()
         run_id = f"pytest-{world}-{port}"
         procs = [ctx.Process(target=rank_main,
-                             args=(r, world, port, run_id, FX.socket, batch, epochs, out))
+                             args=(r, world, port, run_id, self.fx.socket, batch, epochs, out))
                  for r in range(world)]
         for p in procs:
             p.start()
@@ -94,7 +88,7 @@ class DdpGlooTest(unittest.TestCase):
                 if p.is_alive():
                     p.kill()
         if kind == "error":
-            self.fail(f"rank {rest[0]} failed:\n{rest[1]}\nserver log:\n{FX.server_log()}")
+            self.fail(f"rank {rest[0]} failed:\n{rest[1]}\nserver log:\n{self.fx.server_log()}")
         counts, batches_per_epoch = rest
         return counts, batches_per_epoch
 
