@@ -139,11 +139,14 @@ void ControlPlane::Stop() {
   });
   bool was_running = thread_.joinable();
   if (was_running) thread_.join();
+  creators_.join();  // creations in flight finish; their replies have no io thread to go to
   sessions_.clear();
   if (bound_) ::unlink(options_.socket_path.c_str());  // never a live server's socket
   if (was_running) log::Info("control plane on {} stopped", options_.socket_path);
 }
 
 ControlPlane::~ControlPlane() { Stop(); }
+
+void ControlPlane::RunOffIo(std::function<void()> task) { asio::post(creators_, std::move(task)); }
 
 }  // namespace carpool

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 
 #include "carpool/status.h"
@@ -59,6 +60,8 @@ class ControlPlane {
   bool TryAddJob();
   void RemovedJob() { jobs_.fetch_sub(1); }
   void SessionClosed(const std::shared_ptr<Session>& session);
+  // Runs `task` on a thread of its own pool (job creation: it loads datasets). Any thread.
+  void RunOffIo(std::function<void()> task);
 
  private:
   ControlPlane(ControlPlaneOptions options, JobService* service);
@@ -72,6 +75,7 @@ class ControlPlane {
   std::set<std::shared_ptr<Session>> sessions_;  // io thread only
   std::atomic<uint32_t> jobs_{0};
   std::thread thread_;
+  boost::asio::thread_pool creators_{2};  // RunOffIo; joined by Stop after the io thread
   bool bound_ = false;    // we created the socket file
   bool stopped_ = false;  // touched only by Start and Stop's caller
 };

@@ -27,6 +27,7 @@ void Session::ArmLeaseTimer() {
   lease_timer_.expires_after(std::max(lease / 4, std::chrono::milliseconds(5)));
   lease_timer_.async_wait([self = shared_from_this(), lease](const boost::system::error_code& ec) {
     if (ec || self->closed_) return;
+    if (self->creating_) self->last_heard_ = Clock::now();  // the client awaits our reply
     auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
                                                                         self->last_heard_);
     if (silent > lease) {
@@ -110,10 +111,13 @@ void Session::OnCreateJob(const protocol::CreateJob& r) {
   auto fail = [this](StatusCode code, std::string message) {
     Reply(protocol::Error{code, std::move(message)});
   };
-  if (job_id_) {
+  if (job_id_ || creating_) {
     return fail(StatusCode::kFailedPrecondition,
-                fmt::format("this connection already runs job {}; open one connection per job",
-                            *job_id_));
+                job_id_ ? fmt::format("this connection already runs job {}; open one connection "
+                                      "per job",
+                                      *job_id_)
+                        : std::string("this connection is creating a job already; open one "
+                                      "connection per job"));
   }
   if (r.dataset.empty()) return fail(StatusCode::kInvalidArgument, "the dataset name is empty");
   if (r.batch_size == 0 || r.batch_size > o.max_batch_size) {
@@ -131,16 +135,50 @@ void Session::OnCreateJob(const protocol::CreateJob& r) {
                 fmt::format("the server already runs its limit of {} jobs; retry when one ends",
                             o.max_jobs));
   }
-  auto info = plane_.service().CreateJob(r, shared_from_this());
+  // Loading a large dataset takes seconds: off the io thread, so other jobs' batches, releases
+  // and heartbeats keep flowing meanwhile.
+  creating_ = true;
+  plane_.RunOffIo([self = shared_from_this(), r] {
+    Result<protocol::JobInfo> info = self->plane_.service().CreateJob(r, self);
+    asio::post(self->socket_.get_executor(), [self, r, info = std::move(info)]() mutable {
+      self->FinishCreateJob(r, std::move(info));
+    });
+  });
+}
+
+void Session::FinishCreateJob(const protocol::CreateJob& r, Result<protocol::JobInfo> info) {
+  creating_ = false;
   if (!info.ok()) {
     plane_.RemovedJob();
-    return fail(info.status().code(), info.status().message());
+    held_.clear();
+    if (!closed_) Reply(protocol::Error{info.status().code(), info.status().message()});
+    return;
+  }
+  if (closed_) {  // the client left while its job was being created
+    log::Info("job {} removed: its client left while it was created", info->job_id);
+    plane_.service().RemoveJob(info->job_id);
+    plane_.RemovedJob();
+    held_.clear();
+    return;
   }
   job_id_ = info->job_id;
   credits_ = r.prefetch;
   log::Info("job {} created: dataset {} batch {} epochs {} prefetch {}", info->job_id, r.dataset,
             r.batch_size, r.epochs, r.prefetch);
   Reply(*info);
+  std::vector<std::function<void()>> held = std::move(held_);
+  held_.clear();
+  for (auto& fn : held) fn();
+}
+
+void Session::OnIo(std::function<void()> fn) {
+  asio::post(socket_.get_executor(), [self = shared_from_this(), fn = std::move(fn)]() mutable {
+    if (self->creating_) {
+      self->held_.push_back(std::move(fn));
+    } else {
+      fn();
+    }
+  });
 }
 
 void Session::OnRelease(const protocol::Release& r) {
@@ -244,22 +282,19 @@ void Session::SendBatch(const protocol::BatchReady& batch) {
 }
 
 void Session::DeliverBatch(const protocol::BatchReady& batch) {
-  asio::post(socket_.get_executor(),
-             [self = shared_from_this(), batch] { self->SendBatch(batch); });
+  OnIo([this, batch] { SendBatch(batch); });
 }
 
 void Session::PostFrame(const protocol::Message& message) {
-  asio::post(socket_.get_executor(), [self = shared_from_this(), message] {
-    if (!self->closed_ && self->job_id_) self->Reply(message);
+  OnIo([this, message] {
+    if (!closed_ && job_id_) Reply(message);
   });
 }
 
 void Session::DeliverEndOfData(uint32_t epochs_completed) {
-  // job_id_ is read on the io thread inside PostFrame's handler; fill it in there.
-  asio::post(socket_.get_executor(), [self = shared_from_this(), epochs_completed] {
-    if (!self->closed_ && self->job_id_) {
-      self->Reply(protocol::EndOfData{*self->job_id_, epochs_completed});
-    }
+  // job_id_ is read on the io thread; fill it in there.
+  OnIo([this, epochs_completed] {
+    if (!closed_ && job_id_) Reply(protocol::EndOfData{*job_id_, epochs_completed});
   });
 }
 

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -40,6 +41,10 @@ class Session : public JobSink, public std::enable_shared_from_this<Session> {
   void ReadPayload(protocol::MessageType type, uint32_t bytes);
   void Dispatch(protocol::Message message);
   void OnCreateJob(const protocol::CreateJob& request);
+  // Back on the io thread once the service created the job (off the io thread).
+  void FinishCreateJob(const protocol::CreateJob& request, Result<protocol::JobInfo> info);
+  // Runs `fn` on the io thread; while the job is being created, after its job-info reply.
+  void OnIo(std::function<void()> fn);  // any thread
   void OnRelease(const protocol::Release& release);
   // Sends an error and closes once it is written: for protocol violations.
   void Reject(const Status& status);
@@ -64,6 +69,10 @@ class Session : public JobSink, public std::enable_shared_from_this<Session> {
   bool said_hello_ = false;
   std::chrono::steady_clock::time_point last_heard_;
   std::optional<uint64_t> job_id_;
+  // The service is creating this session's job (ControlPlane::RunOffIo): deliveries wait in
+  // held_ until the job-info reply has gone out, and the lease clock does not run.
+  bool creating_ = false;
+  std::vector<std::function<void()>> held_;
   uint32_t credits_ = 0;  // the job's prefetch depth
   std::set<std::pair<uint32_t, uint64_t>> unreleased_;  // (slot, generation) delivered
 };
