@@ -22,7 +22,8 @@ Roaring NodePart(const Roaring& ids, uint64_t seed, uint32_t node, uint32_t node
 }
 
 std::vector<uint64_t> NodePartSizes(const Roaring& ids, uint64_t seed, uint32_t nodes) {
-  std::vector<uint64_t> sizes(std::max(1u, nodes), 0);
+  if (nodes <= 1) return {ids.cardinality()};  // no hashing on a one-node job's join
+  std::vector<uint64_t> sizes(nodes, 0);
   for (uint32_t id : ids) ++sizes[NodeOfSample(id, seed, nodes)];
   return sizes;
 }

@@ -94,7 +94,8 @@ def carpool_batches(spec, timing):
                             transform=spec["transform"],
                             device=spec.get("loader_device") or spec["device"],
                             socket=spec["socket"], seed=spec["seed"], prefetch=spec["prefetch"])
-    probe_loader(loader, spec, timing)
+    if spec.get("probe"):  # scripts/gpu_probe.py: time the loader (a proxy on its calls)
+        probe_loader(loader, spec, timing)
     try:
         for _ in range(loader.epochs):
             for images, labels in loader:

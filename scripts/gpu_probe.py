@@ -143,7 +143,7 @@ def run_variant(bench, name, args):
         kw = {"prefetch": 2 * args.prefetch}
     if name in ("train-query", "train-blocking"):
         kw = {"release_mode": name.split("-")[1]}
-    spec = bench.spec(side, 0, "all", **kw)
+    spec = bench.spec(side, 0, "all", probe=True, **kw)
     saved = args.lookahead
     if name == "train-deep":
         args.lookahead = 2 * saved
