@@ -75,6 +75,11 @@ std::optional<SlotRef> SampleCache::Lookup(uint32_t sample) {
   return segment_->RefAt(entry->slot);
 }
 
+bool SampleCache::Holds(uint32_t sample) const {
+  MutexLock lock(mu_);
+  return index_.Find(sample) != nullptr;
+}
+
 bool SampleCache::Pending(uint32_t sample) const {
   MutexLock lock(mu_);
   return pending_.count(sample) > 0;

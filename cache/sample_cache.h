@@ -64,6 +64,8 @@ class SampleCache {
   // prepared (allocated, not committed): nullopt, counted as neither; see Pending().
   std::optional<SlotRef> Lookup(uint32_t sample);
   bool Pending(uint32_t sample) const;
+  // Cached or pending; counts nothing and refreshes nothing. O(1) expected.
+  bool Holds(uint32_t sample) const;
 
   // Reserves a slot for `bytes` of payload, evicting by policy. AlreadyExists if cached or
   // pending; ResourceExhausted if the cache is disabled, the sample is larger than the cache, or

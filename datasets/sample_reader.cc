@@ -119,6 +119,16 @@ Result<std::shared_ptr<const SampleReader::IdxFile>> SampleReader::OpenIdx(
   return std::shared_ptr<const IdxFile>(file);
 }
 
+void SampleReader::Forget(const std::string& idx_path) {
+  MutexLock lock(mu_);
+  idx_files_.erase(idx_path);
+}
+
+size_t SampleReader::idx_files_loaded() const {
+  MutexLock lock(mu_);
+  return idx_files_.size();
+}
+
 Result<std::vector<uint8_t>> SampleReader::Read(const SampleRecord& sample) {
   if (sample.source == "file") return ReadWholeFile(sample.path);
   if (sample.source == "tar") {

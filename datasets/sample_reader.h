@@ -23,14 +23,18 @@ class SampleReader {
 
   // NotFound/IOError for a missing or unreadable file, Corruption for a bad IDX file or a record
   // index past its end. An IDX file is read (and gunzipped) once, on first use, and kept in
-  // memory for the reader's lifetime.
+  // memory until Forget.
   Result<std::vector<uint8_t>> Read(const SampleRecord& sample);
+  // Frees an IDX file's bytes once no sample of it is served (reads in flight keep their copy);
+  // a later Read loads it again. O(log files).
+  void Forget(const std::string& idx_path);
+  size_t idx_files_loaded() const;
 
  private:
   struct IdxFile;
   Result<std::shared_ptr<const IdxFile>> OpenIdx(const std::string& path);
 
-  Mutex mu_;
+  mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<IdxFile>> idx_files_ GUARDED_BY(mu_);
 };
 

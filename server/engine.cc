@@ -127,6 +127,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
         image.status().message()));
   }
 
+  Roaring table_ids = dataset->info.ids;  // the whole dataset: the table holds all its samples
   // A job spanning several nodes gets this node's part; every node agrees on the batch count.
   uint64_t agreed_batches = 0;
   if (ranked) {
@@ -161,8 +162,8 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   job->gpu = ServedGpu(*device);
   {
     MutexLock lock(mu_);
-    Status added = samples_.Add(*dataset);
-    if (!added.ok()) return added;
+    Status usable = samples_.Check(*dataset);  // fail before making slots; Add checks again
+    if (!usable.ok()) return usable;
     job->sched = next_job_id_++;
     job->id = job->sched;
   }
@@ -218,14 +219,19 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     const uint64_t prefetch_samples =
         std::min<uint64_t>(options_.lookahead, uint64_t{request.prefetch + 1} * request.batch_size);
     job->created = Now();
+    if (Status added = samples_.Add(*dataset); !added.ok()) return added;
+    job->table_ids = std::move(table_ids);
+    Status joined;
     if (ranked) {
       job->sched = 0;  // the group's, once every rank has joined
-      Status joined = JoinGroup(*job, dataset->info.ids, agreed_batches);
-      if (!joined.ok()) return joined;
+      joined = JoinGroup(*job, dataset->info.ids, agreed_batches);
     } else {
-      Status added = scheduler_->AddJob(job->sched, dataset->info.ids, request.epochs,
-                                        prefetch_samples, job->created);
-      if (!added.ok()) return added;
+      joined = scheduler_->AddJob(job->sched, dataset->info.ids, request.epochs, prefetch_samples,
+                                  job->created);
+    }
+    if (!joined.ok()) {
+      ForgetUnused(samples_.Release(job->table_ids));
+      return joined;
     }
     log::Info("job {}: dataset \"{}\" ({} samples), batch {}, {} epoch(s), transform \"{}\", {}{}",
               job->id, request.dataset, job->dataset_size, request.batch_size, request.epochs,
@@ -273,6 +279,7 @@ void Engine::RemoveJob(uint64_t job_id) {
     }
     j.pool->Shutdown();
     j.pool->ReleaseAll();
+    ForgetUnused(samples_.Release(j.table_ids));
     log::Info("job {} removed: {} samples delivered in {} batches, {} skipped", job_id,
               j.deliveries, j.batches, j.skipped);
     job = std::move(it->second);
@@ -344,6 +351,7 @@ void Engine::Step() {
   }
   FeedPreparation();
   if (!groups_.empty()) CheckGroups();
+  SweepCachedOrphans();
   for (auto& [id, job] : jobs_) {
     if (job->removed || job->done || job->assembling) continue;
     TryBuildBatch(*job);
@@ -352,6 +360,41 @@ void Engine::Step() {
 }
 
 bool Engine::Ready(uint32_t sample) const { return states_.Ready(sample); }
+
+void Engine::ForgetUnused(const ReleasedSamples& released) {
+  for (uint32_t sample : released.samples) ForgetIfUnused(sample);
+  for (const std::string& path : released.idx_paths) reader_.Forget(path);
+}
+
+void Engine::ForgetIfUnused(uint32_t sample) {
+  if (samples_.Find(sample) != nullptr) return;  // a job uses it again
+  // Its worker reports back, then calls this again (Prepare). A bad sample stays bad (sticky,
+  // counted once): a few entries.
+  const SampleState state = states_.Get(sample);
+  if (state == SampleState::kPreparing || state == SampleState::kBad) return;
+  // The cache still holds it: keep its shape so that a later job's hit can use it.
+  if (cache_->Holds(sample)) {
+    cached_orphans_.insert(sample);
+    return;
+  }
+  cached_orphans_.erase(sample);
+  Check(states_.Forget(sample));
+}
+
+void Engine::SweepCachedOrphans() {
+  // The cache evicts without telling us; look again now and then (O(orphans), all in the cache).
+  const double now = Now();
+  if (cached_orphans_.empty() || now < next_orphan_sweep_) return;
+  next_orphan_sweep_ = now + kOrphanSweepSeconds;
+  std::vector<uint32_t> orphans(cached_orphans_.begin(), cached_orphans_.end());
+  for (uint32_t sample : orphans) {
+    if (samples_.Find(sample) != nullptr) {
+      cached_orphans_.erase(sample);  // used again: no orphan
+    } else if (!cache_->Holds(sample)) {
+      ForgetIfUnused(sample);
+    }
+  }
+}
 
 void Engine::Check(const Status& transition) const {
   if (!transition.ok()) log::Error("sample state: {}", transition.ToString());

@@ -128,6 +128,14 @@ class Engine : public JobService {
   // bad); starts the preparations it lacks. Cost: O(samples not known prepared).
   bool FrontBatchPrepared(Job& job, const std::vector<Decision>& decisions) REQUIRES(mu_);
   void MarkBad(uint32_t sample, const SampleSource& source, const Status& status) REQUIRES(mu_);
+  // Per-sample state of samples no job uses any more (the last job of a dataset left): dropped,
+  // except a shape the cache may still need, kept while the cache holds the sample, and bad
+  // samples, which stay bad.
+  // O(released samples).
+  void ForgetUnused(const ReleasedSamples& released) REQUIRES(mu_);
+  void ForgetIfUnused(uint32_t sample) REQUIRES(mu_);
+  void SweepCachedOrphans() REQUIRES(mu_);  // every kOrphanSweepSeconds; O(orphans)
+  static constexpr double kOrphanSweepSeconds = 10;
 
   // Data-parallel jobs (engine_groups.cc). All REQUIRE mu_.
   // Adds `job` (a rank) to its key's group; the last rank to join adds the group to the scheduler.
@@ -182,6 +190,9 @@ class Engine : public JobService {
   std::map<std::string, std::unique_ptr<Group>> groups_ GUARDED_BY(mu_);  // by job key
   uint32_t next_job_id_ GUARDED_BY(mu_) = 1;
   SampleStates states_ GUARDED_BY(mu_);  // queued, preparing, cached, transient or bad
+  // Samples no job uses whose state stays while the cache holds them (ForgetIfUnused).
+  std::unordered_set<uint32_t> cached_orphans_ GUARDED_BY(mu_);
+  double next_orphan_sweep_ GUARDED_BY(mu_) = 0;
   size_t prep_outstanding_ GUARDED_BY(mu_) = 0;
   // Counters.
   uint64_t preparations_ GUARDED_BY(mu_) = 0;

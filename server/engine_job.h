@@ -24,6 +24,7 @@ struct Engine::Job {
   JobId sched = 0;  // the scheduler's and the sampling tree's id (same value)
   protocol::CreateJob request;
   uint64_t dataset_size = 0;
+  Roaring table_ids;  // the samples it counts as a user of in the sample table (its dataset's)
   TransformSpec transform;
   ImageShape image;  // of one transformed sample
   std::shared_ptr<JobSink> sink;

@@ -100,24 +100,52 @@ Result<DatasetSamples> LoadDatasetSamples(const Catalog& catalog, std::string_vi
   return out;
 }
 
-Status SampleTable::Add(const DatasetSamples& dataset) {
+Status SampleTable::Check(const DatasetSamples& dataset) const {
   for (const auto& s : dataset.samples) {
     auto it = map_.find(s->record.id);
-    if (it != map_.end() && !(it->second->spec == s->spec)) {
+    if (it != map_.end() && !(it->second.source->spec == s->spec)) {
       return Status::FailedPrecondition(fmt::format(
           "dataset \"{}\" prepares sample {} (\"{}\") as \"{}\", but this server already prepares "
           "it as \"{}\" for another dataset; restart the server to change the prepare spec",
           dataset.info.name, s->record.id, s->record.path, s->spec.ToString(),
-          it->second->spec.ToString()));
+          it->second.source->spec.ToString()));
     }
   }
-  for (const auto& s : dataset.samples) map_.emplace(s->record.id, s);
   return Status::OK();
+}
+
+Status SampleTable::Add(const DatasetSamples& dataset) {
+  if (Status checked = Check(dataset); !checked.ok()) return checked;
+  for (const auto& s : dataset.samples) {
+    auto [it, inserted] = map_.try_emplace(s->record.id, Entry{s, 0});
+    ++it->second.users;
+    if (inserted && s->record.source == "idx") ++idx_users_[s->record.path];
+  }
+  return Status::OK();
+}
+
+ReleasedSamples SampleTable::Release(const Roaring& ids) {
+  ReleasedSamples out;
+  for (uint32_t id : ids) {
+    auto it = map_.find(id);
+    if (it == map_.end() || --it->second.users > 0) continue;
+    const SampleRecord& r = it->second.source->record;
+    if (r.source == "idx") {
+      auto file = idx_users_.find(r.path);
+      if (file != idx_users_.end() && --file->second == 0) {
+        out.idx_paths.push_back(r.path);
+        idx_users_.erase(file);
+      }
+    }
+    out.samples.push_back(id);
+    map_.erase(it);
+  }
+  return out;
 }
 
 std::shared_ptr<const SampleSource> SampleTable::Find(uint32_t id) const {
   auto it = map_.find(id);
-  return it == map_.end() ? nullptr : it->second;
+  return it == map_.end() ? nullptr : it->second.source;
 }
 
 }  // namespace carpool

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -39,18 +40,37 @@ struct DatasetSamples {
 Result<DatasetSamples> LoadDatasetSamples(const Catalog& catalog, std::string_view name,
                                           SampleReader& reader);
 
-// The samples served so far. Thread-compatible: the engine holds its lock around every call.
+// What SampleTable::Release dropped: samples no job uses any more, IDX files none of them reads.
+struct ReleasedSamples {
+  std::vector<uint32_t> samples;
+  std::vector<std::string> idx_paths;
+};
+
+// The samples of the jobs present, each counted once per job using it, so that a dataset's
+// per-sample state goes when its last job leaves (a server runs for days of sweeps).
+// Thread-compatible: the engine holds its lock around every call.
 class SampleTable {
  public:
-  // Adds the samples not yet known. FailedPrecondition, adding nothing, when a known sample has
-  // another prepare spec (two datasets registered from the same files with different specs).
+  // Checks that Add would succeed: FailedPrecondition when a known sample has another prepare
+  // spec (two datasets registered from the same files with different specs). O(samples).
+  Status Check(const DatasetSamples& dataset) const;
+  // Check, then counts one more user of every sample, adding those not yet known. O(samples).
   Status Add(const DatasetSamples& dataset);
+  // One user fewer of each of `ids` (what one Add added); drops the samples left unused and
+  // returns them. O(|ids|).
+  ReleasedSamples Release(const Roaring& ids);
   // nullptr for an unknown id. The pointee lives as long as a shared_ptr copy of it.
   std::shared_ptr<const SampleSource> Find(uint32_t id) const;
   size_t size() const { return map_.size(); }
+  size_t idx_files() const { return idx_users_.size(); }
 
  private:
-  std::unordered_map<uint32_t, std::shared_ptr<const SampleSource>> map_;
+  struct Entry {
+    std::shared_ptr<const SampleSource> source;
+    uint32_t users = 0;
+  };
+  std::unordered_map<uint32_t, Entry> map_;
+  std::unordered_map<std::string, size_t> idx_users_;  // IDX path -> samples in map_ read from it
 };
 
 }  // namespace carpool

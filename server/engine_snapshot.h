@@ -46,6 +46,9 @@ struct EngineSnapshot {
   uint64_t deliveries = 0, batches = 0, skipped = 0, bad_samples = 0, pins = 0;
   int64_t refcount_total = 0;
   uint64_t in_flight = 0;  // samples being prepared
+  // Per-sample state: samples of the jobs present, samples with a state entry (those plus cached
+  // samples no job uses), IDX files held in memory. All 0 on an idle server with an empty cache.
+  uint64_t samples_known = 0, sample_states = 0, idx_files = 0;
   uint64_t rounds = 0;
   std::vector<SamplingTree::NodeStats> tree;
   double cpu_seconds = 0, coordinator_seconds = 0;

@@ -68,6 +68,9 @@ EngineSnapshot Engine::SnapshotLocked() const {
   s.pins = pins_;
   s.refcount_total = refs_.total;
   s.in_flight = states_.Count(SampleState::kPreparing);
+  s.samples_known = samples_.size();
+  s.sample_states = states_.size();
+  s.idx_files = reader_.idx_files_loaded();
   s.rounds = scheduler_->rounds();
   s.tree = scheduler_->tree().Nodes();
   rusage usage{};
@@ -182,6 +185,9 @@ Json ServerJson(const EngineSnapshot& s) {
           {"pins", s.pins},
           {"refcount_total", s.refcount_total},
           {"in_flight", s.in_flight},
+          {"samples_known", s.samples_known},
+          {"sample_states", s.sample_states},
+          {"idx_files", s.idx_files},
           {"rounds", s.rounds},
           {"tree", std::move(tree)},
           {"cpu_seconds", s.cpu_seconds},

@@ -34,6 +34,7 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
       WorkerLock lock(*this);
       fn();
       --prep_outstanding_;
+      ForgetIfUnused(sample);  // its last job left while it was being prepared
       woken_ = true;
     }
     wake_.notify_one();

@@ -107,6 +107,11 @@ std::string RenderPrometheus(const EngineSnapshot& s) {
                "A job's samples decided and not yet delivered");
   for (const JobSnapshot& j : s.jobs) depth.Add(j.queue_depth, {{"job", fmt::format("{}", j.id)},
                                                                 {"dataset", j.dataset}});
+  Family(&out, "carpool_samples_known", "gauge", "Samples of the datasets of the jobs present")
+      .Add(s.samples_known);
+  Family(&out, "carpool_sample_states", "gauge",
+         "Samples with per-sample state: those of the jobs present and cached ones no job uses")
+      .Add(s.sample_states);
   Family(&out, "carpool_cache_bytes_used", "gauge", "Cache bytes held by samples")
       .Add(c.bytes_used);
   Family(&out, "carpool_cache_bytes_pinned", "gauge", "Cache bytes pinned by batches being built")

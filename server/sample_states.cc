@@ -108,4 +108,17 @@ bool SampleStates::MarkBad(uint32_t sample, std::string reason) {
   return true;
 }
 
+Status SampleStates::Forget(uint32_t sample) {
+  auto it = entries_.find(sample);
+  if (it == entries_.end()) return Status::OK();
+  if (it->second.state == SampleState::kPreparing) {
+    return Status::FailedPrecondition(
+        fmt::format("sample {}: cannot forget it while it is being prepared", sample));
+  }
+  --counts_[static_cast<size_t>(it->second.state)];
+  entries_.erase(it);
+  bad_reasons_.erase(sample);
+  return Status::OK();
+}
+
 }  // namespace carpool

@@ -12,6 +12,7 @@
 //   preparing --Abandoned--> queued (the commit failed)
 //   transient --TakeTransient--> queued        queued|transient --LookupHit--> cached
 //   cached    --LookupMiss--> queued           any --MarkBad--> bad
+//   any but preparing --Forget--> (no entry: queued)
 //
 // An illegal transition changes nothing and returns FailedPrecondition naming the sample and both
 // states, so a bookkeeping bug is a logged error, not a sample that is cached and transient at
@@ -57,6 +58,10 @@ class SampleStates {
   Status LookupMiss(uint32_t sample);
   // any -> bad. Returns true the first time (so the reason is logged once).
   bool MarkBad(uint32_t sample, std::string reason);
+  // Drops what is known of a sample no job uses any more (a bad one is tried again if a job comes
+  // back to it). FailedPrecondition for a sample being prepared: its worker still reports back.
+  Status Forget(uint32_t sample);
+  size_t size() const { return entries_.size(); }  // samples with an entry
 
  private:
   struct Entry {

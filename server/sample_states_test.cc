@@ -77,6 +77,28 @@ TEST(SampleStatesTest, AbandonedAndAlreadyCachedPreparations) {
   EXPECT_EQ(s.Get(4), SampleState::kCached);
 }
 
+TEST(SampleStatesTest, ForgetDropsTheEntryButNotASampleBeingPrepared) {
+  SampleStates s;
+  ASSERT_TRUE(s.BeginPreparation(1).ok());
+  ASSERT_TRUE(s.BeginPreparation(2).ok());
+  ASSERT_TRUE(s.Committed(2, kShape).ok());
+  EXPECT_TRUE(s.MarkBad(3, "corrupt"));
+  EXPECT_EQ(s.size(), 3u);
+  const Status refused = s.Forget(1);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.ToString();
+  EXPECT_NE(refused.message().find("sample 1"), std::string::npos) << refused.ToString();
+  EXPECT_EQ(s.Get(1), SampleState::kPreparing);
+  ASSERT_TRUE(s.Forget(2).ok());
+  ASSERT_TRUE(s.Forget(3).ok());
+  ASSERT_TRUE(s.Forget(4).ok());  // never known: nothing to do
+  EXPECT_EQ(s.size(), 1u);
+  EXPECT_EQ(s.Get(2), SampleState::kQueued);
+  EXPECT_EQ(s.Shape(2), nullptr);
+  EXPECT_EQ(s.Count(SampleState::kCached), 0u);
+  EXPECT_EQ(s.Count(SampleState::kBad), 0u);
+  EXPECT_TRUE(s.MarkBad(3, "tried again"));  // a forgotten bad sample is new again
+}
+
 // Random legal and illegal calls: the per-state counts always equal a recount of Get().
 TEST(SampleStatesTest, CountsMatchTheStatesUnderRandomTransitions) {
   SampleStates s;
@@ -84,7 +106,7 @@ TEST(SampleStatesTest, CountsMatchTheStatesUnderRandomTransitions) {
   constexpr uint32_t kSamples = 50;
   for (int step = 0; step < 20000; ++step) {
     const uint32_t id = rng() % kSamples;
-    switch (rng() % 9) {
+    switch (rng() % 10) {
       case 0: (void)s.BeginPreparation(id); break;
       case 1: (void)s.Committed(id, kShape); break;
       case 2: (void)s.AlreadyCached(id); break;
@@ -94,6 +116,7 @@ TEST(SampleStatesTest, CountsMatchTheStatesUnderRandomTransitions) {
       case 6: (void)s.LookupHit(id); break;
       case 7: (void)s.LookupMiss(id); break;
       case 8: if (rng() % 50 == 0) (void)s.MarkBad(id, "x"); break;
+      case 9: (void)s.Forget(id); break;
     }
   }
   std::array<size_t, kSampleStateCount> recount{};

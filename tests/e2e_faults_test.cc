@@ -258,5 +258,63 @@ TEST(E2eFaultsTest, CacheSmallerThanABatchStillDeliversExactEpochs) {
   env.StopServer(SIGTERM);
 }
 
+// Issue 10 item 2: a dataset's per-sample state goes with its last job. What stays is the shape
+// of samples still in the cache, and that goes once the cache evicts them (swept every 10 s).
+TEST(E2eFaultsTest, PerSampleStateIsReleasedWhenADatasetsLastJobLeaves) {
+  E2eEnv env;
+  RegisterSubsets(env);
+  env.Dataset({"add", "b", "--from", "fm", "--ids", "3001:6001"});
+  env.StartServer({"--cache-size", "512KiB"});  // ~600 of the 784-byte samples
+  auto idle_after = [&env](const std::string& name, double seconds) {
+    std::string s;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    do {
+      s = env.Status();
+      if (JsonObjects(s, "jobs").empty() && JsonNumber(s, "samples_known") == 0 &&
+          JsonNumber(s, "sample_states") <= JsonNumber(s, "entries")) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } while (std::chrono::steady_clock::now() < end);
+    std::printf("after %s left: samples_known %.0f, sample_states %.0f, cache entries %.0f, "
+                "idx_files %.0f\n", name.c_str(), JsonNumber(s, "samples_known"),
+                JsonNumber(s, "sample_states"), JsonNumber(s, "entries"),
+                JsonNumber(s, "idx_files"));
+    return s;
+  };
+  pid_t j1 = env.Consume({"--dataset", "all", "--batch-size", "100", "--ids-out",
+                          (env.dir() / "j1.csv").string()},
+                         "j1");
+  pid_t j2 = env.Consume({"--dataset", "a", "--batch-size", "50", "--step-ms", "2", "--ids-out",
+                          (env.dir() / "j2.csv").string()},
+                         "j2");
+  ASSERT_EQ(env.Wait(j1, "j1").code, 0);
+  ASSERT_EQ(env.Wait(j2, "j2").code, 0);
+  ExpectWholeEpochs(env.dir() / "j1.csv", 1, 3000);
+  std::string s = idle_after("the jobs on all and a", 5);
+  EXPECT_TRUE(JsonObjects(s, "jobs").empty()) << s;
+  EXPECT_EQ(JsonNumber(s, "samples_known"), 0) << s;
+  EXPECT_EQ(JsonNumber(s, "idx_files"), 0) << s;  // the 47 MB of train-images, freed
+  EXPECT_LE(JsonNumber(s, "sample_states"), JsonNumber(s, "entries")) << s;
+  // Another dataset evicts those cached samples; the sweep then drops their shapes too.
+  pid_t j3 = env.Consume({"--dataset", "b", "--batch-size", "100", "--ids-out",
+                          (env.dir() / "j3.csv").string()},
+                         "j3");
+  ASSERT_EQ(env.Wait(j3, "j3").code, 0);
+  ExpectWholeEpochs(env.dir() / "j3.csv", 1, 3000);
+  s = idle_after("the job on b", 15);
+  EXPECT_EQ(JsonNumber(s, "samples_known"), 0) << s;
+  EXPECT_EQ(JsonNumber(s, "idx_files"), 0) << s;
+  EXPECT_LE(JsonNumber(s, "sample_states"), JsonNumber(s, "entries")) << s;
+  EXPECT_EQ(JsonNumber(s, "refcount_total"), 0) << s;
+  // A job on the first dataset again: served exactly as before (its IDX file is read again).
+  pid_t j4 = env.Consume({"--dataset", "all", "--batch-size", "100", "--ids-out",
+                          (env.dir() / "j4.csv").string()},
+                         "j4");
+  ASSERT_EQ(env.Wait(j4, "j4").code, 0);
+  ExpectWholeEpochs(env.dir() / "j4.csv", 1, 3000);
+  env.StopServer(SIGTERM);
+}
+
 }  // namespace
 }  // namespace carpool::e2e

@@ -82,6 +82,9 @@ struct Sample {
   uint64_t rss_kib = 0, anon_kib = 0, fds = 0, segments = 0, jobs = 0, pins = 0;
   int64_t refcount_total = 0;
   uint64_t deliveries = 0;
+  // Per-sample state: of the jobs present, with an entry (also cached samples no job uses), the
+  // cache's entries, IDX files in memory.
+  uint64_t samples_known = 0, sample_states = 0, cache_entries = 0, idx_files = 0;
 };
 
 struct Outcome {
@@ -123,6 +126,10 @@ Sample Measure(pid_t server, const std::string& socket, double t) {
   s.pins = j.value("pins", uint64_t{0});
   s.refcount_total = j.value("refcount_total", int64_t{0});
   s.deliveries = j.value("deliveries", uint64_t{0});
+  s.samples_known = j.value("samples_known", uint64_t{0});
+  s.sample_states = j.value("sample_states", uint64_t{0});
+  s.idx_files = j.value("idx_files", uint64_t{0});
+  s.cache_entries = j.value("cache", Json::object()).value("entries", uint64_t{0});
   return s;
 }
 
@@ -146,11 +153,13 @@ Plan Draw(std::mt19937_64& rng, uint64_t n, double duration_s, double now) {
 
 void PrintSample(const Sample& s, const Sample& base, double rate) {
   fmt::print("t={:6.0f}s  jobs {:3}  RSS {:7.1f} MiB, private {:6.1f} ({:+.1f})  fds {:4} ({:+d})  "
-             "segments {:3}  refcount_total {:7}  pins {:4}  {:8.0f} samples/s\n",
+             "segments {:3}  refcount_total {:7}  pins {:4}  samples {:6} (states {:6}, cached "
+             "{:6}, idx {})  {:8.0f} samples/s\n",
              s.t, s.jobs, s.rss_kib / 1024.0, s.anon_kib / 1024.0,
              (static_cast<double>(s.anon_kib) - base.anon_kib) / 1024.0,
              s.fds, static_cast<int64_t>(s.fds) - static_cast<int64_t>(base.fds), s.segments,
-             s.refcount_total, s.pins, rate);
+             s.refcount_total, s.pins, s.samples_known, s.sample_states, s.cache_entries,
+             s.idx_files, rate);
   std::fflush(stdout);
 }
 
@@ -329,7 +338,9 @@ int Load(int argc, char** argv) {
   for (int i = 0; i < 100 && !server_died; ++i) {
     final_sample = Measure(*server, socket, now_s());
     if (final_sample.jobs == 0 && final_sample.refcount_total == 0 && final_sample.pins == 0 &&
-        final_sample.segments <= base.segments && final_sample.fds <= base.fds) {
+        final_sample.segments <= base.segments && final_sample.fds <= base.fds &&
+        final_sample.samples_known == 0 && final_sample.idx_files == 0 &&
+        final_sample.sample_states <= final_sample.cache_entries) {
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -347,6 +358,14 @@ int Load(int argc, char** argv) {
     }
     if (final_sample.segments > base.segments) {
       leaks.push_back(fmt::format("{} segments (idle {})", final_sample.segments, base.segments));
+    }
+    // What no job uses is released; only the shapes of samples still cached may stay.
+    if (final_sample.samples_known != 0 || final_sample.idx_files != 0 ||
+        final_sample.sample_states > final_sample.cache_entries) {
+      leaks.push_back(fmt::format(
+          "per-sample state: {} samples known, {} states for {} cached samples, {} IDX files",
+          final_sample.samples_known, final_sample.sample_states, final_sample.cache_entries,
+          final_sample.idx_files));
     }
   }
   Result<double> stopped = StopProcess(*server, "server", std::chrono::seconds(10));
@@ -380,6 +399,9 @@ int Load(int argc, char** argv) {
                                              return a.anon_kib < b.anon_kib;
                                            })->anon_kib / 1024.0},
       {"private_mib_end", final_sample.anon_kib / 1024.0},
+      {"samples_known_end", final_sample.samples_known},
+      {"sample_states_end", final_sample.sample_states},
+      {"idx_files_end", final_sample.idx_files},
       {"server_samples_per_s", total_rate}, {"mean_jobs_at_once", mean_active},
       {"equal_share_samples_per_s", equal_share},
       {"finished_rate_vs_fair_share_p10", Quantile(vs_fair, 0.1)},
