@@ -128,6 +128,9 @@ void Put(Writer& w, const CreateJob& m) {
   w.Int(m.world_size);
   w.Int(m.node);
   w.Int(m.nodes);
+  w.Int(m.resume_epoch);
+  w.Int(m.resume_batches);
+  w.Str(m.resume_taken);
 }
 void Get(Reader& r, CreateJob& m) {
   m.dataset = r.Str("dataset", kMaxNameBytes);
@@ -143,6 +146,9 @@ void Get(Reader& r, CreateJob& m) {
   m.world_size = r.Int<uint32_t>("world_size");
   m.node = r.Int<uint32_t>("node");
   m.nodes = r.Int<uint32_t>("nodes");
+  m.resume_epoch = r.Int<uint32_t>("resume_epoch");
+  m.resume_batches = r.Int<uint64_t>("resume_batches");
+  m.resume_taken = r.Str("resume_taken", kMaxPayloadBytes);
   if (m.world_size == 0 || m.world_size > kMaxWorldSize) {
     r.Fail(fmt::format("world_size is {}, expected 1..{}", m.world_size, kMaxWorldSize));
   } else if (m.rank >= m.world_size) {

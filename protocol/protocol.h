@@ -23,7 +23,7 @@ namespace carpool::protocol {
 
 inline constexpr uint32_t kFrameMagic = 0x4C505243;  // "CRPL" as little-endian bytes
 // 2: device batch slots (CUDA IPC); 3: data-parallel ranks (CreateJob job_key, rank, world_size)
-inline constexpr uint16_t kProtocolVersion = 3;
+inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr uint32_t kMaxWorldSize = 4096;
 inline constexpr size_t kFrameHeaderBytes = 12;
 inline constexpr uint32_t kMaxPayloadBytes = 1u << 20;  // 1 MiB; larger frames are rejected
@@ -85,6 +85,13 @@ struct CreateJob {
   // A job whose ranks span `nodes` nodes: this server serves its part `node` (node_partition.h).
   uint32_t node = 0;
   uint32_t nodes = 1;
+  // Resuming from a checkpoint (carpool::JobPosition): start in epoch resume_epoch, whose first
+  // resume_batches batches and the samples in resume_taken (an id set, id_set.h) were taken
+  // before. All zero/empty: a fresh start.
+  uint32_t resume_epoch = 0;
+  uint64_t resume_batches = 0;
+  std::string resume_taken{};
+  bool resuming() const { return resume_epoch > 0 || resume_batches > 0 || !resume_taken.empty(); }
   bool operator==(const CreateJob&) const = default;
 };
 

@@ -1,4 +1,5 @@
 #include "protocol/protocol.h"
+#include "protocol/id_set.h"
 
 #include <gtest/gtest.h>
 
@@ -65,6 +66,8 @@ std::vector<Message> OneOfEach() {
           HelloReply{"inst-1", 2000, kMaxPayloadBytes, 65536, 64},
           CreateJob{"imagenet", 256, 2, "random_crop(224)|flip", "cuda:0", 4, true, 99, "", 0, 1, 0, 1},
           CreateJob{"imagenet", 64, 1, "", "cuda:1", 8, false, 7, "torchelastic-run-3", 1, 4, 2, 3},
+          CreateJob{"fm", 32, 3, "", "cpu", 4, false, 5, "", 0, 1, 0, 1, 2, 17,
+                    EncodeIdSet({3, 4, 5, 9, 100})},
           SampleJobInfo(),
           SampleGpuJobInfo(),
           SampleBatchReady(),
@@ -80,8 +83,8 @@ std::vector<Message> OneOfEach() {
 
 TEST(ProtocolTest, EveryMessageRoundTrips) {
   std::vector<Message> all = OneOfEach();
-  // job-info and batch-ready twice (CPU, GPU), create-job twice (one job, a rank of a DDP job)
-  ASSERT_EQ(all.size(), size_t{kMaxMessageType} + 3);
+  // job-info and batch-ready twice (CPU, GPU), create-job three times (one job, a rank of a DDP job, a resumed job)
+  ASSERT_EQ(all.size(), size_t{kMaxMessageType} + 4);
   for (const Message& m : all) {
     auto frame = EncodeFrame(m);
     ASSERT_TRUE(frame.ok()) << frame.status().ToString();
@@ -98,7 +101,7 @@ TEST(ProtocolTest, EveryMessageRoundTrips) {
 TEST(ProtocolTest, HeaderIsLittleEndian) {
   auto frame = EncodeFrame(Release{1, 2, 3});
   ASSERT_TRUE(frame.ok());
-  const std::vector<uint8_t> expected = {'C', 'R', 'P', 'L', 3, 0, 6, 0, 20, 0, 0, 0};
+  const std::vector<uint8_t> expected = {'C', 'R', 'P', 'L', 4, 0, 6, 0, 20, 0, 0, 0};
   EXPECT_EQ(std::vector<uint8_t>(frame->begin(), frame->begin() + 12), expected);
   EXPECT_EQ((*frame)[12], 1);  // job_id low byte first
 }
@@ -204,7 +207,9 @@ TEST(ProtocolTest, RejectsOutOfRangeFields) {
   EXPECT_FALSE(EncodeFrame(Error{StatusCode::kOk, "no"}).ok());
   // A bool byte other than 0/1 on the wire.
   std::vector<uint8_t> frame = *EncodeFrame(CreateJob{"d", 1, 1, "", "cpu", 1, true, 0, "", 0, 1, 0, 1});
-  frame[frame.size() - 29] = 7;  // then seed (8), job_key (4 + 0), rank, world_size, node, nodes
+  // then seed (8), job_key (4 + 0), rank, world_size, node, nodes, resume_epoch (4 each),
+  // resume_batches (8), resume_taken (4 + 0)
+  frame[frame.size() - 45] = 7;
   ExpectRejected(frame, "drop_last");
   // Data-parallel fields: a rank outside the world, an empty world, ranks without a key.
   CreateJob ddp{"d", 1, 1, "", "cpu", 1, false, 0, "key", 2, 2, 0, 1};
