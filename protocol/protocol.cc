@@ -182,6 +182,8 @@ void Put(Writer& w, const JobInfo& m) {
   w.Int(m.device_slot_stride);
   w.Int(m.device_slot_bytes);
   w.Int(m.device_offset);
+  w.Int(m.start_epoch);
+  w.Int(m.start_batch);
 }
 void Get(Reader& r, JobInfo& m) {
   m.job_id = r.Int<uint64_t>("job_id");
@@ -228,6 +230,8 @@ void Get(Reader& r, JobInfo& m) {
   m.device_slot_stride = r.Int<uint64_t>("device_slot_stride");
   m.device_slot_bytes = r.Int<uint64_t>("device_slot_bytes");
   m.device_offset = r.Int<uint64_t>("device_offset");
+  m.start_epoch = r.Int<uint32_t>("start_epoch");
+  m.start_batch = r.Int<uint64_t>("start_batch");
   if (m.device_offset % 256 != 0 || m.device_offset > (uint64_t{1} << 48)) {
     r.Fail(fmt::format("device_offset {} is not 256-aligned or exceeds 2^48", m.device_offset));
   }

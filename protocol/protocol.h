@@ -117,6 +117,9 @@ struct JobInfo {
   // Of slot 0 from the base of the allocation the handle names (the driver may place a small
   // cudaMalloc inside a larger allocation; the handle then names that one).
   uint64_t device_offset = 0;
+  // Where the job starts: epoch 0, batch 0, unless it resumed from a checkpoint.
+  uint32_t start_epoch = 0;
+  uint64_t start_batch = 0;
   bool operator==(const JobInfo&) const = default;
 };
 

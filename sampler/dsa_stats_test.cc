@@ -273,5 +273,69 @@ TEST(DsaStatsTest, PermutationsStayUniformUnderChurn) {
   }
 }
 
+// Issue 10 item 4: a job killed at random steps and resumed in a new tree (a restarted server,
+// with a new seed and a partner job re-added) from the samples it had taken still draws every
+// position of its epoch uniformly, and sees each sample exactly once.
+TEST(DsaStatsTest, ResumedEpochsStayUniformOverRestartsAtRandomSteps) {
+  constexpr uint32_t kIds = 8;
+  constexpr int kEpochs = 4000;
+  std::mt19937_64 gen(777);
+  Roaring mine;
+  mine.addRange(0, kIds);
+  std::vector<std::vector<uint64_t>> counts(kIds, std::vector<uint64_t>(kIds, 0));
+  uint64_t restarts = 0;
+  std::vector<Assignment> out;
+  for (int epoch = 0; epoch < kEpochs; ++epoch) {
+    Roaring taken;
+    std::vector<uint32_t> order;
+    while (taken.cardinality() < kIds) {
+      // A new server: a new seed, the job resumed from what it took, a partner that shares.
+      SamplingTree tree(gen());
+      const Roaring remaining = mine - taken;
+      ASSERT_TRUE(tree.AddJob(0, mine, remaining).ok());
+      ASSERT_TRUE(tree.AddJob(1, RandomSubset(gen, 2 * kIds, 0.5) | Roaring::bitmapOf(1, 0)).ok());
+      // Dies after a random number of its draws (maybe none); the last life runs to the end.
+      const uint64_t lives_left = gen() % 3;
+      const uint64_t draws = lives_left == 0 ? kIds : gen() % (remaining.cardinality() + 1);
+      if (lives_left != 0) ++restarts;
+      for (uint64_t d = 0; d < draws && !tree.EpochDone(0);) {
+        out.clear();
+        const JobId both[] = {0, 1};
+        tree.RunRound(gen() % 3 == 0 ? std::span<const JobId>(both, 1) : both, &out);
+        for (const Assignment& a : out) {
+          if (std::find(a.jobs.begin(), a.jobs.end(), 0u) == a.jobs.end()) continue;
+          ASSERT_FALSE(taken.contains(a.sample)) << "sample " << a.sample << " twice";
+          taken.add(a.sample);
+          order.push_back(a.sample);
+          ++d;
+        }
+        if (tree.EpochDone(1)) {
+          ASSERT_TRUE(tree.ResetEpoch(1).ok());
+        }
+      }
+    }
+    ASSERT_EQ(order.size(), kIds);
+    for (uint32_t k = 0; k < kIds; ++k) ++counts[k][order[k]];
+  }
+  EXPECT_GT(restarts, kEpochs / 2u);
+  for (uint32_t k = 0; k < kIds; ++k) {
+    EXPECT_GE(ChiSquarePValue(PearsonUniform(counts[k]), kIds - 1), kFamilyAlpha / kIds)
+        << "position " << k;
+  }
+}
+
+TEST(SamplingTreeResumeTest, RejectsARemainderOutsideTheDataset) {
+  SamplingTree tree(1);
+  Roaring d;
+  d.addRange(0, 10);
+  EXPECT_EQ(tree.AddJob(0, d, Roaring()).code(), StatusCode::kInvalidArgument);
+  const Status outside = tree.AddJob(0, d, Roaring::bitmapOf(3, 2, 3, 12));
+  EXPECT_EQ(outside.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(outside.message().find("1 of the left ones outside it"), std::string::npos)
+      << outside.ToString();
+  ASSERT_TRUE(tree.AddJob(0, d, Roaring::bitmapOf(3, 2, 3, 7)).ok());
+  EXPECT_EQ(tree.Remaining(0), 3u);
+}
+
 }  // namespace
 }  // namespace carpool

@@ -43,6 +43,18 @@ Status SamplingTree::AddJob(JobId job, const Roaring& dataset) {
   return Insert(std::move(j));
 }
 
+Status SamplingTree::AddJob(JobId job, const Roaring& dataset, const Roaring& remaining) {
+  if (remaining.isEmpty() || !remaining.isSubset(dataset)) {
+    return Status::InvalidArgument(fmt::format(
+        "job {}: the samples left in its epoch ({}) must be a non-empty part of its dataset ({} "
+        "samples, {} of the left ones outside it)",
+        job, remaining.cardinality(), dataset.cardinality(), (remaining - dataset).cardinality()));
+  }
+  if (Contains(job)) return AddJob(job, dataset);  // the same error
+  Job j{job, dataset, WithoutRuns(remaining), Roaring(), remaining.cardinality(), 0};
+  return Insert(std::move(j));
+}
+
 Status SamplingTree::RemoveJob(JobId job) {
   auto it = index_.find(job);
   if (it == index_.end()) {

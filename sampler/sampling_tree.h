@@ -50,6 +50,10 @@ class SamplingTree {
   // Inserts a job with R = dataset. Errors: the id is already present, or the dataset is empty.
   // Cost: O(p) bitmap operations, p = the job's new position.
   Status AddJob(JobId job, const Roaring& dataset);
+  // A job resumed mid-epoch: R = `remaining`, a non-empty subset of `dataset` (the epoch's samples
+  // not yet taken); later epochs use the whole dataset. Errors as above, and InvalidArgument when
+  // `remaining` is empty or not inside `dataset`.
+  Status AddJob(JobId job, const Roaring& dataset, const Roaring& remaining);
   // Removes a job and its R. Error: unknown id. Cost: O(p) bitmap operations.
   Status RemoveJob(JobId job);
   // Starts a new epoch: R = dataset again (a removal followed by an insertion). Error: unknown id.

@@ -1,5 +1,9 @@
 #include "server/engine.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,6 +13,7 @@
 #include <opencv2/core.hpp>
 
 #include "carpool/log.h"
+#include "protocol/id_set.h"
 #include "server/engine_job.h"
 #include "server/thread_name.h"
 
@@ -153,8 +158,14 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
           global_batch));
     }
   }
+  // A job resumed from a checkpoint: the rest of its epoch, then its remaining epochs.
+  Result<ResumePoint> resume = ResumeFrom(request, dataset->info.ids, ranked);
+  if (!resume.ok()) return resume.status();
   auto job = std::make_unique<Job>();
   job->request = request;
+  job->epoch = resume->epoch;
+  job->next_batch = resume->batch;
+  job->nothing_left = resume->nothing_left;
   job->dataset_size = dataset->info.ids.cardinality();
   job->transform = *transform;
   job->image = *image;
@@ -201,6 +212,8 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   }
   info.dtype = image->dtype;
   info.layout = image->layout;
+  info.start_epoch = resume->epoch;
+  info.start_batch = resume->batch;
   info.segment_name = job->pool->name();
   info.slot_count = job->pool->slot_count();
   info.slot_bytes = job->pool->slot_bytes();
@@ -225,9 +238,10 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     if (ranked) {
       job->sched = 0;  // the group's, once every rank has joined
       joined = JoinGroup(*job, dataset->info.ids, agreed_batches);
-    } else {
+    } else if (!job->nothing_left) {
       joined = scheduler_->AddJob(job->sched, dataset->info.ids, request.epochs, prefetch_samples,
-                                  job->created);
+                                  job->created,
+                                  {resume->epoch, request.resuming() ? &resume->remaining : nullptr});
     }
     if (!joined.ok()) {
       ForgetUnused(samples_.Release(job->table_ids));
@@ -248,6 +262,52 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   return info;
 }
 
+Result<Engine::ResumePoint> Engine::ResumeFrom(const protocol::CreateJob& request,
+                                               const Roaring& ids, bool ranked) {
+  ResumePoint point;
+  if (!request.resuming()) return point;  // `remaining` unused: the whole dataset
+  if (ranked) {
+    return Status::InvalidArgument(fmt::format(
+        "job \"{}\" has {} ranks on {} node(s): resuming a data-parallel job from a checkpoint is "
+        "not supported yet; start it without the checkpoint's position (at an epoch's start)",
+        request.job_key, request.world_size, request.nodes));
+  }
+  if (request.resume_epoch > request.epochs ||
+      (request.resume_epoch == request.epochs && !request.resume_taken.empty())) {
+    return Status::InvalidArgument(fmt::format(
+        "the checkpoint is in epoch {} (0-based) but the job asks for {} epoch(s); ask for more "
+        "epochs or start without the checkpoint",
+        request.resume_epoch, request.epochs));
+  }
+  Roaring taken;
+  if (!request.resume_taken.empty()) {
+    Result<std::vector<uint32_t>> decoded = protocol::DecodeIdSet(request.resume_taken);
+    if (!decoded.ok()) {
+      return Status::InvalidArgument(fmt::format("the checkpoint's samples taken: {}",
+                                                 decoded.status().message()));
+    }
+    taken.addMany(decoded->size(), decoded->data());
+  }
+  const Roaring outside = taken - ids;
+  if (!outside.isEmpty()) {
+    return Status::InvalidArgument(fmt::format(
+        "the checkpoint took {} sample(s) that dataset \"{}\" does not hold (such as id {}): it "
+        "comes from another dataset, or the dataset was registered again; start without it",
+        outside.cardinality(), request.dataset, outside.minimum()));
+  }
+  point.epoch = request.resume_epoch;
+  point.batch = request.resume_batches;
+  point.remaining = ids - taken;
+  if (point.remaining.isEmpty()) {  // taken after the epoch's last batch: the next one
+    ++point.epoch;
+    point.batch = 0;
+    point.remaining = ids;
+  }
+  point.nothing_left = point.epoch >= request.epochs;
+  if (point.nothing_left) point.epoch = request.epochs;
+  return point;
+}
+
 Status Engine::Release(uint64_t job_id, uint32_t slot, uint64_t generation) {
   Status released;
   {
@@ -263,6 +323,7 @@ Status Engine::Release(uint64_t job_id, uint32_t slot, uint64_t generation) {
 
 void Engine::RemoveJob(uint64_t job_id) {
   std::unique_ptr<Job> job;
+  bool trim = false;
   {
     MutexLock lock(mu_);
     auto it = jobs_.find(job_id);
@@ -279,7 +340,9 @@ void Engine::RemoveJob(uint64_t job_id) {
     }
     j.pool->Shutdown();
     j.pool->ReleaseAll();
-    ForgetUnused(samples_.Release(j.table_ids));
+    const ReleasedSamples released = samples_.Release(j.table_ids);
+    ForgetUnused(released);
+    trim = released.samples.size() >= kTrimAfterSamples;
     log::Info("job {} removed: {} samples delivered in {} batches, {} skipped", job_id,
               j.deliveries, j.batches, j.skipped);
     job = std::move(it->second);
@@ -289,6 +352,11 @@ void Engine::RemoveJob(uint64_t job_id) {
   }
   wake_.notify_one();
   job.reset();  // unlinks the batch segment outside the lock
+#ifdef __GLIBC__
+  // A dataset's last job left: give its per-sample state's freed pages back to the system (glibc
+  // keeps freed heap otherwise). Milliseconds, outside the lock.
+  if (trim) malloc_trim(0);
+#endif
 }
 
 GpuService* Engine::ServedGpu(int device) const {
@@ -354,6 +422,11 @@ void Engine::Step() {
   SweepCachedOrphans();
   for (auto& [id, job] : jobs_) {
     if (job->removed || job->done || job->assembling) continue;
+    if (job->nothing_left) {
+      job->done = true;
+      job->sink->DeliverEndOfData(job->request.epochs);
+      continue;
+    }
     TryBuildBatch(*job);
     FinishIfDone(*job);
   }

@@ -113,6 +113,18 @@ class Engine : public JobService {
     int64_t total = 0;  // GUARDED_BY(Engine::mu_): the scheduler only runs under it
   };
 
+  // Where a job starts; a checkpoint's position (CreateJob::resume_*) moves it.
+  struct ResumePoint {
+    uint32_t epoch = 0;
+    uint64_t batch = 0;
+    Roaring remaining;          // of that epoch, still to come
+    bool nothing_left = false;  // the checkpoint was taken after the job's last batch
+  };
+  // InvalidArgument naming the problem for a position this job cannot take (another dataset,
+  // epochs past the job's, a data-parallel job). O(|ids| + |taken|).
+  static Result<ResumePoint> ResumeFrom(const protocol::CreateJob& request, const Roaring& ids,
+                                        bool ranked);
+
   Engine(const EngineOptions& options, const Catalog* catalog);
   double Now() const;
   void Wake();
@@ -136,6 +148,7 @@ class Engine : public JobService {
   void ForgetIfUnused(uint32_t sample) REQUIRES(mu_);
   void SweepCachedOrphans() REQUIRES(mu_);  // every kOrphanSweepSeconds; O(orphans)
   static constexpr double kOrphanSweepSeconds = 10;
+  static constexpr size_t kTrimAfterSamples = 10000;  // released at once: return the heap (RemoveJob)
 
   // Data-parallel jobs (engine_groups.cc). All REQUIRE mu_.
   // Adds `job` (a rank) to its key's group; the last rank to join adds the group to the scheduler.

@@ -25,6 +25,7 @@ struct Engine::Job {
   protocol::CreateJob request;
   uint64_t dataset_size = 0;
   Roaring table_ids;  // the samples it counts as a user of in the sample table (its dataset's)
+  bool nothing_left = false;  // resumed from a checkpoint taken after its last batch
   TransformSpec transform;
   ImageShape image;  // of one transformed sample
   std::shared_ptr<JobSink> sink;

@@ -75,22 +75,30 @@ Status Scheduler::SetRefCountSink(RefCountSink* sink) {
 
 Status Scheduler::AddJob(JobId job, const Roaring& dataset, uint32_t epochs,
                          uint64_t prefetch_samples, double now) {
+  return AddJob(job, dataset, epochs, prefetch_samples, now, Start{});
+}
+
+Status Scheduler::AddJob(JobId job, const Roaring& dataset, uint32_t epochs,
+                         uint64_t prefetch_samples, double now, const Start& start) {
   if (Contains(job)) return Status::AlreadyExists(fmt::format("job {} is already scheduled", job));
-  if (epochs == 0 || prefetch_samples == 0) {
+  if (epochs == 0 || prefetch_samples == 0 || start.epoch >= epochs) {
     return Status::InvalidArgument(
-        fmt::format("job {}: epochs ({}) and prefetch ({} samples) must be at least 1", job, epochs,
-                    prefetch_samples));
+        fmt::format("job {}: epochs ({}) and prefetch ({} samples) must be at least 1, and the "
+                    "epoch it starts in ({}) below epochs",
+                    job, epochs, prefetch_samples, start.epoch));
   }
-  Status s = tree_.AddJob(job, dataset);
+  Status s = start.remaining != nullptr ? tree_.AddJob(job, dataset, *start.remaining)
+                                        : tree_.AddJob(job, dataset);
   if (!s.ok()) return s;
   auto state = std::make_unique<Job>();
   state->id = job;
   state->epochs = epochs;
+  state->epoch = start.epoch;
   state->prefetch = std::min(prefetch_samples, options_.lookahead);
   state->dataset = dataset;
   state->dataset_size = dataset.cardinality();
   jobs_.emplace(job, std::move(state));
-  ReportAll(dataset, +1);
+  ReportAll(*tree_.RemainingSet(job), +1);
   now_ = std::max(now_, now);
   RefreshRates();
   return Status::OK();

@@ -100,6 +100,14 @@ class Scheduler : public cache::NextUseOracle {
   // ahead (clamped to L). Errors: duplicate id, empty dataset, epochs or prefetch of 0.
   Status AddJob(JobId job, const Roaring& dataset, uint32_t epochs, uint64_t prefetch_samples,
                 double now);
+  // Where a job resumed from a checkpoint starts: in epoch `epoch` (< epochs) with `remaining`,
+  // a non-empty part of the dataset, left to decide in it.
+  struct Start {
+    uint32_t epoch = 0;
+    const Roaring* remaining = nullptr;  // null: the whole dataset
+  };
+  Status AddJob(JobId job, const Roaring& dataset, uint32_t epochs, uint64_t prefetch_samples,
+                double now, const Start& start);
   // Removes a job: its R and its queue release their references. Error: unknown id.
   Status RemoveJob(JobId job);
 
