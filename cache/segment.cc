@@ -117,12 +117,10 @@ Result<std::string> SegmentName(std::string_view instance) {
 
 Result<std::unique_ptr<Segment>> Segment::Create(const Options& options) {
   const uint64_t page = options.page_bytes;
-  if (!std::has_single_bit(page) || page < 4096 || options.data_bytes == 0 ||
-      (options.mode & ~0777u) != 0) {
+  if (!std::has_single_bit(page) || page < 4096 || options.data_bytes == 0) {
     return Status::InvalidArgument(fmt::format(
-        "segment \"{}\": data bytes {} must be > 0, page bytes {} a power of two >= 4096, mode "
-        "{:o} within 0777",
-        options.name, options.data_bytes, page, options.mode));
+        "segment \"{}\": data bytes {} must be > 0, page bytes {} a power of two >= 4096",
+        options.name, options.data_bytes, page));
   }
   const uint64_t pages = (options.data_bytes + page - 1) / page;
   const uint64_t table_bytes = (pages * sizeof(uint64_t) + kHeaderBytes - 1) / kHeaderBytes *
@@ -132,7 +130,7 @@ Result<std::unique_ptr<Segment>> Segment::Create(const Options& options) {
   std::unique_ptr<Segment> seg(new Segment());
   seg->name_ = options.name;
   try {
-    bip::permissions perms(options.mode);
+    bip::permissions perms(0600);  // a group, if any, gets access below (client_access.h)
     std::optional<bip::shared_memory_object> shm;
     for (int attempt = 0; attempt < 3 && !shm; ++attempt) {
       try {
@@ -151,6 +149,9 @@ Result<std::unique_ptr<Segment>> Segment::Create(const Options& options) {
           options.name));
     }
     seg->creator_ = ::getpid();  // from here on the destructor unlinks
+    Status access = ApplyClientAccess(shm->get_mapping_handle().handle, options.access,
+                                      fmt::format("the cache segment \"{}\"", options.name));
+    if (!access.ok()) return access;
     shm->truncate(static_cast<bip::offset_t>(total));
     Status reserved = ReserveShm(shm->get_mapping_handle().handle, total,
                                  fmt::format("the cache segment \"{}\"", options.name),

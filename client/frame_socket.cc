@@ -38,6 +38,14 @@ Result<std::unique_ptr<FrameSocket>> FrameSocket::Connect(const std::string& pat
   if (fd < 0) return Status::IOError(fmt::format("socket(): {}", std::strerror(errno)));
   std::unique_ptr<FrameSocket> s(new FrameSocket(fd, path));
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (errno == EACCES) {
+      return Status::Unavailable(fmt::format(
+          "carpool server at {} is not open to this user ({}): a server admits only its own user, "
+          "or also one group when started with --group; run the job as the server's user, or "
+          "start the server with --group G for a group G of yours, and check that the socket's "
+          "directories let you in",
+          path, std::strerror(errno)));
+    }
     return Unavailable(path, fmt::format("is not reachable ({})", std::strerror(errno)));
   }
   timeval tv{};

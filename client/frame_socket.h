@@ -17,8 +17,9 @@ namespace carpool {
 
 class FrameSocket {
  public:
-  // kUnavailable when nothing listens at `path`. `io_timeout` bounds every send and the reading
-  // of a frame once its first byte arrived.
+  // kUnavailable when nothing listens at `path`, or this user may not connect to it (the server's
+  // --group). `io_timeout` bounds every send and the reading of a frame once its first byte
+  // arrived.
   static Result<std::unique_ptr<FrameSocket>> Connect(const std::string& path,
                                                       std::chrono::milliseconds io_timeout);
   ~FrameSocket();

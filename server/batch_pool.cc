@@ -55,9 +55,9 @@ int BatchPool::RemoveStaleSegments(const std::string& instance) {
 }
 
 // Not analyzed: the new object is not shared yet, so its guarded members need no lock.
-Result<std::unique_ptr<BatchPool>> BatchPool::Create(const std::string& name, uint64_t job_id,
-                                                     uint32_t slot_count, uint64_t slot_bytes)
-    NO_THREAD_SAFETY_ANALYSIS {
+Result<std::unique_ptr<BatchPool>> BatchPool::Create(
+    const std::string& name, uint64_t job_id, uint32_t slot_count, uint64_t slot_bytes,
+    const cache::ClientAccess& access) NO_THREAD_SAFETY_ANALYSIS {
   if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos ||
       name.size() > 200) {
     return Status::InvalidArgument(
@@ -77,8 +77,15 @@ Result<std::unique_ptr<BatchPool>> BatchPool::Create(const std::string& name, ui
   try {
     // A segment left by a crashed server with the same instance name is stale by construction.
     bip::shared_memory_object::remove(shm_name);
-    bip::permissions perms(0600);
+    bip::permissions perms(0600);  // a group, if any, gets access next (cache/client_access.h)
     bip::shared_memory_object shm(bip::create_only, shm_name, bip::read_write, perms);
+    Status shared =
+        cache::ApplyClientAccess(shm.get_mapping_handle().handle, access,
+                                 fmt::format("job {}'s batch segment {}", job_id, name));
+    if (!shared.ok()) {
+      bip::shared_memory_object::remove(shm_name);
+      return shared;
+    }
     shm.truncate(static_cast<bip::offset_t>(geometry->total_bytes));
     Status reserved = cache::ReserveShm(
         shm.get_mapping_handle().handle, geometry->total_bytes,

@@ -1,4 +1,5 @@
-// A job's CPU batch slots: one shared-memory segment (mode 0600) holding slot_count slots of fixed
+// A job's CPU batch slots: one shared-memory segment (mode 0600, or 0660 and a group with --group;
+// cache/client_access.h) holding slot_count slots of fixed
 // capacity, laid out as protocol/batch_slot_layout.h says. The slot count is the job's prefetch
 // depth, so "a free slot exists" is exactly "the job has a credit": the engine can never have more
 // than prefetch unreleased batches. Thread-safe: the engine acquires and publishes from its
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/client_access.h"
 #include "carpool/mutex.h"
 #include "carpool/status.h"
 #include "protocol/batch_slot_layout.h"
@@ -53,9 +55,11 @@ class BatchPool {
   static int RemoveStaleSegments(const std::string& instance);
 
   // Creates (exclusively; a leftover segment of the same name is removed first) and maps the
-  // segment. Fails with InvalidArgument on a bad geometry, IOError when shm is unavailable.
+  // segment, open to `access`. Fails with InvalidArgument on a bad geometry, IOError when shm is
+  // unavailable or the access cannot be given.
   static Result<std::unique_ptr<BatchPool>> Create(const std::string& name, uint64_t job_id,
-                                                   uint32_t slot_count, uint64_t slot_bytes);
+                                                   uint32_t slot_count, uint64_t slot_bytes,
+                                                   const cache::ClientAccess& access = {});
   ~BatchPool();
   BatchPool(const BatchPool&) = delete;
   BatchPool& operator=(const BatchPool&) = delete;

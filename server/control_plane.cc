@@ -88,10 +88,8 @@ Status ControlPlane::Listen() {
   if (!ec) acceptor_.bind(stream::endpoint(path), ec);
   if (ec) return Status::IOError(fmt::format("cannot bind {}: {}", path, ec.message()));
   bound_ = true;
-  // Before listen() nobody can connect, so tightening the mode here leaves no window.
-  if (::chmod(path.c_str(), 0600) != 0) {
-    return Status::IOError(fmt::format("chmod 0600 {}: {}", path, std::strerror(errno)));
-  }
+  // Before listen() nobody can connect, so setting the group and mode here leaves no window.
+  if (Status s = cache::ApplyClientAccess(path, options_.access); !s.ok()) return s;
   if (options_.before_accepting) options_.before_accepting();
   acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Status::IOError(fmt::format("cannot listen on {}: {}", path, ec.message()));

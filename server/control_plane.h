@@ -1,5 +1,6 @@
-// The server's control plane: an Asio unix-socket listener (mode 0600) on one io thread, with one
-// Session per connection (server/session.h), in the shape of Asio's HTTP server example.
+// The server's control plane: an Asio unix-socket listener (mode 0600, or 0660 and a group with
+// --group) on one io thread, with one Session per connection (server/session.h), in the shape of
+// Asio's HTTP server example.
 // Thread-safe: Create/Stop may be called from any thread; everything else runs on the io thread.
 #ifndef CARPOOL_SERVER_CONTROL_PLANE_H_
 #define CARPOOL_SERVER_CONTROL_PLANE_H_
@@ -17,6 +18,7 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 
+#include "cache/client_access.h"
 #include "carpool/status.h"
 #include "server/job_service.h"
 
@@ -28,6 +30,7 @@ struct ControlPlaneOptions {
   std::string socket_path;
   std::string instance;                    // names the server in hello replies and segments
   std::chrono::milliseconds lease{2000};   // a session silent this long is closed
+  cache::ClientAccess access;              // of the socket file: the server's user, or a group
   uint32_t max_jobs = 64;
   uint32_t max_sessions = 256;
   uint32_t max_batch_size = 65536;

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 
+#include "cache/client_access.h"
 #include "carpool/log.h"
 #include "datasets/catalog.h"
 #include "datasets/state_dir.h"
@@ -136,13 +137,17 @@ void InstallCrashReport() {
 
 int Serve(int argc, char** argv) {
   std::string state_dir, socket, cache_size = "1GiB", policy = "refcnt", lease = "2s";
-  std::string gpus = "all", gpu_cache_size = "2GiB", metrics, rank_join_timeout = "60s";
+  std::string gpus = "all", gpu_cache_size = "2GiB", metrics, rank_join_timeout = "60s", group;
   uint32_t workers = 0;
   uint64_t lookahead = kDefaultLookahead, seed = 1, partition_seed = kDefaultPartitionSeed;
   po::options_description opts;
   opts.add_options()("help,h", "show this help")(
       "state-dir", po::value(&state_dir), "catalog and socket directory (default: see docs)")(
       "socket", po::value(&socket), "unix socket path (default <state-dir>/carpool.sock)")(
+      "group", po::value(&group),
+      "share the socket and shared memory with this group (a name or gid): mode 0660 and that "
+      "group instead of 0600, so its members' jobs can connect; the socket's directory must let "
+      "them in (default: the server's user only)")(
       "cache-size", po::value(&cache_size),
       "shared-memory sample cache, e.g. 512MiB or 8GiB; 0 = no cache (default 1GiB)")(
       "workers", po::value(&workers), "preparation/assembly threads (default: number of cores)")(
@@ -167,6 +172,11 @@ int Serve(int argc, char** argv) {
   if (auto rc = ParseCommandLine(argc, argv, "carpool server", kUsage, opts, &vm)) return *rc;
   InstallCrashReport();
   EngineOptions eo;
+  if (vm.count("group") != 0) {
+    Result<cache::ClientAccess> access = cache::ResolveClientGroup(group);
+    if (!access.ok()) return Fail(access.status());
+    eo.access = *access;
+  }
   Result<uint64_t> bytes = ParseBytes("--cache-size", cache_size);
   if (!bytes.ok()) return Fail(bytes.status());
   eo.cache_bytes = *bytes;
@@ -206,6 +216,18 @@ int Serve(int argc, char** argv) {
   Result<std::string> socket_path = ResolveSocketPath(socket, dir->string());
   if (!socket_path.ok()) return Fail(socket_path.status());
   eo.instance = InstanceNameForSocket(*socket_path);
+  if (eo.access.group) {
+    log::Info("server {}: socket and shared memory are mode 0660, group {} (gid {})", eo.instance,
+              group, *eo.access.group);
+    if (std::string closed = cache::FirstDirClosedToGroup(*socket_path, *eo.access.group);
+        !closed.empty()) {
+      log::Warn(
+          "--group {}: its members cannot reach {}: the directory {} does not let them in; pass a "
+          "--socket in a directory they may enter (docs/server.md, \"Sharing one server with a "
+          "team\")",
+          group, *socket_path, closed);
+    }
+  }
   Result<std::unique_ptr<Catalog>> catalog = Catalog::Open(*dir);
   if (!catalog.ok()) return Fail(catalog.status());
 
@@ -223,6 +245,7 @@ int Serve(int argc, char** argv) {
   co.socket_path = *socket_path;
   co.instance = eo.instance;
   co.lease = *lease_ms;
+  co.access = eo.access;
   // Bound but not yet accepting: batch segments of this instance can only be a crashed server's.
   co.before_accepting = [instance = eo.instance] {
     if (int removed = BatchPool::RemoveStaleSegments(instance); removed > 0) {
