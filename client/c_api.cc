@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "carpool/client.h"
 
 struct carpool_client {
@@ -109,6 +111,12 @@ carpool_status carpool_job_create(carpool_client* client, const carpool_job_opti
     options.world_size = o->world_size == 0 ? 1 : o->world_size;
     options.node = o->node;
     options.nodes = o->nodes == 0 ? 1 : o->nodes;
+    if (o->resume != nullptr && o->resume_bytes > 0) {
+      auto position = carpool::JobPosition::Parse(
+          std::string_view(static_cast<const char*>(o->resume), o->resume_bytes));
+      if (!position.ok()) return Fail(position.status());
+      options.resume = std::move(*position);
+    }
     auto job = client->impl->CreateJob(options);
     if (!job.ok()) return Fail(job.status());
     *out = new carpool_job{std::move(*job)};
@@ -132,7 +140,40 @@ carpool_status carpool_job_info_get(const carpool_job* job, carpool_job_info* ou
   out->dtype = static_cast<int32_t>(j.dtype());
   out->layout = static_cast<int32_t>(j.layout());
   out->device = j.device();
+  out->start_epoch = j.start_epoch();
+  out->start_batch = j.start_batch();
   return Ok();
+}
+
+carpool_status carpool_job_position(const carpool_job* job, int32_t exclude_latest, char** out,
+                                    size_t* out_bytes) {
+  if (job == nullptr || out == nullptr || out_bytes == nullptr) {
+    return Invalid("job, out and out_bytes are required");
+  }
+  *out = nullptr;
+  *out_bytes = 0;
+  return Guard([&] {
+    const std::string bytes = job->impl->Position(exclude_latest != 0).Serialize();
+    *out = static_cast<char*>(std::malloc(bytes.size()));
+    if (*out == nullptr) return Fail(carpool::Status::Internal("out of memory"));
+    std::memcpy(*out, bytes.data(), bytes.size());
+    *out_bytes = bytes.size();
+    return Ok();
+  });
+}
+
+carpool_status carpool_position_describe(const void* bytes, size_t n, char** out_json) {
+  if (bytes == nullptr || out_json == nullptr) return Invalid("bytes and out_json are required");
+  *out_json = nullptr;
+  return Guard([&] {
+    auto p = carpool::JobPosition::Parse(std::string_view(static_cast<const char*>(bytes), n));
+    if (!p.ok()) return Fail(p.status());
+    const nlohmann::ordered_json j = {{"dataset", p->dataset},     {"epochs", p->epochs},
+                                      {"epoch", p->epoch},         {"batches", p->batches},
+                                      {"samples", p->samples},     {"taken", p->taken.size()}};
+    *out_json = CopyString(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    return Ok();
+  });
 }
 
 carpool_status carpool_job_next(carpool_job* job, carpool_batch** out) {

@@ -3,12 +3,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <thread>
 
 #include "carpool/mutex.h"
 #include "client/frame_socket.h"
+#include "protocol/id_set.h"
 #include "protocol/protocol.h"
 #include "client/cuda_ipc.h"
 #include "client/slot_mapping.h"
@@ -38,6 +41,35 @@ struct Job::State {
   bool closed GUARDED_BY(mu) = false;  // the Job was destroyed
   Mutex stats_mu;                      // one Stats() round trip at a time
   std::thread reader;
+  // What Next() has returned, and how to take the latest batch back out (Position()).
+  JobPosition position GUARDED_BY(mu);
+  struct Undo {
+    bool valid = false;
+    bool new_epoch = false;  // the latest batch started an epoch: `taken` holds the old one's
+    uint32_t epoch = 0;
+    uint64_t batches = 0, samples = 0;
+    size_t taken_size = 0;
+    std::vector<uint32_t> taken;
+  } undo GUARDED_BY(mu);
+
+  void Take(const protocol::BatchReady& b, const uint32_t* ids) REQUIRES(mu) {
+    undo.valid = true;
+    undo.new_epoch = b.epoch != position.epoch;
+    undo.epoch = position.epoch;
+    undo.batches = position.batches;
+    undo.samples = position.samples;
+    undo.taken_size = position.taken.size();
+    undo.taken.clear();
+    if (undo.new_epoch) {
+      undo.taken = std::move(position.taken);
+      position.taken.clear();
+      position.epoch = b.epoch;
+      position.batches = 0;
+    }
+    position.taken.insert(position.taken.end(), ids, ids + b.sample_count);
+    ++position.batches;
+    position.samples += b.sample_count;
+  }
 
   void Fail(Status s) {
     MutexLock lock(mu);
@@ -140,6 +172,81 @@ uint32_t Batch::size() const { return impl_->ready.sample_count; }
 uint32_t Batch::skipped() const { return impl_->ready.skipped; }
 int64_t* Batch::device_labels() const { return impl_->region.device_labels; }
 
+namespace {
+constexpr char kPositionMagic[4] = {'C', 'P', 'J', 'P'};
+constexpr uint16_t kPositionVersion = 1;
+
+template <typename T>
+void PutLe(std::string* out, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+template <typename T>
+bool GetLe(std::string_view bytes, size_t* pos, T* v) {
+  if (bytes.size() - *pos < sizeof(T)) return false;
+  *v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    *v |= static_cast<T>(static_cast<T>(static_cast<uint8_t>(bytes[*pos + i])) << (8 * i));
+  }
+  *pos += sizeof(T);
+  return true;
+}
+}  // namespace
+
+std::string JobPosition::Serialize() const {
+  std::vector<uint32_t> ids = taken;
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  const std::string set = protocol::EncodeIdSet(ids);
+  std::string out(kPositionMagic, sizeof(kPositionMagic));
+  PutLe<uint16_t>(&out, kPositionVersion);
+  PutLe<uint32_t>(&out, static_cast<uint32_t>(dataset.size()));
+  out += dataset;
+  PutLe<uint32_t>(&out, epochs);
+  PutLe<uint32_t>(&out, epoch);
+  PutLe<uint64_t>(&out, batches);
+  PutLe<uint64_t>(&out, samples);
+  PutLe<uint32_t>(&out, static_cast<uint32_t>(set.size()));
+  out += set;
+  return out;
+}
+
+Result<JobPosition> JobPosition::Parse(std::string_view bytes) {
+  auto bad = [&](std::string_view what) {
+    return Status::Corruption(fmt::format(
+        "{} bytes are not a carpool job position (Job::Position().Serialize()): {}", bytes.size(),
+        what));
+  };
+  if (bytes.size() < sizeof(kPositionMagic) ||
+      std::memcmp(bytes.data(), kPositionMagic, sizeof(kPositionMagic)) != 0) {
+    return bad("they do not start with \"CPJP\"");
+  }
+  size_t pos = sizeof(kPositionMagic);
+  uint16_t version = 0;
+  uint32_t name_bytes = 0, set_bytes = 0;
+  JobPosition p;
+  if (!GetLe(bytes, &pos, &version)) return bad("truncated version");
+  if (version != kPositionVersion) {
+    return bad(fmt::format("version {}, this library reads version {}", version,
+                           kPositionVersion));
+  }
+  if (!GetLe(bytes, &pos, &name_bytes) || bytes.size() - pos < name_bytes) {
+    return bad("truncated dataset name");
+  }
+  p.dataset.assign(bytes.substr(pos, name_bytes));
+  pos += name_bytes;
+  if (!GetLe(bytes, &pos, &p.epochs) || !GetLe(bytes, &pos, &p.epoch) ||
+      !GetLe(bytes, &pos, &p.batches) || !GetLe(bytes, &pos, &p.samples) ||
+      !GetLe(bytes, &pos, &set_bytes) || bytes.size() - pos != set_bytes) {
+    return bad("truncated or trailing bytes after the dataset name");
+  }
+  if (p.epoch > p.epochs) return bad(fmt::format("epoch {} of {}", p.epoch, p.epochs));
+  Result<std::vector<uint32_t>> ids = protocol::DecodeIdSet(bytes.substr(pos));
+  if (!ids.ok()) return bad(ids.status().message());
+  p.taken = std::move(*ids);
+  return p;
+}
+
 Job::Job(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
 Job::~Job() {
@@ -165,7 +272,14 @@ Result<std::optional<Batch>> Job::Next() {
       return !state_->ready.empty() || !state_->failure.ok() || state_->end_of_data;
     });
     // All epochs delivered wins over a later failure (e.g. the server stopping afterwards).
-    if (state_->end_of_data && state_->ready.empty()) return std::optional<Batch>();
+    if (state_->end_of_data && state_->ready.empty()) {
+      JobPosition& p = state_->position;
+      p.epoch = p.epochs;
+      p.batches = 0;
+      p.taken.clear();
+      state_->undo.valid = false;
+      return std::optional<Batch>();
+    }
     if (!state_->failure.ok()) return state_->failure;
     ready = state_->ready.front();
     state_->ready.pop_front();
@@ -177,6 +291,10 @@ Result<std::optional<Batch>> Job::Next() {
   if (!region.ok()) {
     state_->Fail(region.status());
     return region.status();
+  }
+  {
+    MutexLock lock(state_->mu);
+    state_->Take(ready, region->ids);
   }
   auto impl = std::make_unique<Batch::Impl>();
   impl->state = state_;
@@ -216,10 +334,33 @@ Result<std::string> Job::Stats() {
   return std::move(*state_->stats_reply);
 }
 
+JobPosition Job::Position(bool exclude_latest) const {
+  JobPosition p;
+  {
+    MutexLock lock(state_->mu);
+    p = state_->position;
+    const State::Undo& u = state_->undo;
+    if (exclude_latest && u.valid) {
+      if (u.new_epoch) {
+        p.taken = u.taken;
+      } else {
+        p.taken.resize(u.taken_size);
+      }
+      p.epoch = u.epoch;
+      p.batches = u.batches;
+      p.samples = u.samples;
+    }
+  }
+  std::sort(p.taken.begin(), p.taken.end());
+  return p;
+}
+
 uint64_t Job::id() const { return state_->info.job_id; }
 uint64_t Job::dataset_size() const { return state_->info.dataset_size; }
 uint64_t Job::batches_per_epoch() const { return state_->info.batches_per_epoch; }
 uint32_t Job::epochs() const { return state_->info.epochs; }
+uint32_t Job::start_epoch() const { return state_->info.start_epoch; }
+uint64_t Job::start_batch() const { return state_->info.start_batch; }
 std::vector<int64_t> Job::sample_shape() const {
   return {state_->info.sample_shape.begin(), state_->info.sample_shape.end()};
 }
@@ -269,6 +410,28 @@ Result<std::unique_ptr<Job>> Client::CreateJob(const JobOptions& o) {
   protocol::CreateJob request{o.dataset, o.batch_size, o.epochs,     o.transform,
                               o.device,  o.prefetch,   o.drop_last, o.seed,
                               o.job_key, o.rank,       o.world_size, o.node, o.nodes};
+  std::vector<uint32_t> resumed_taken;
+  if (o.resume) {
+    if (o.resume->dataset != o.dataset) {
+      return Status::InvalidArgument(fmt::format(
+          "the checkpoint's position is in dataset \"{}\", but this job reads \"{}\"; resume "
+          "with the dataset it was taken on, or start without it",
+          o.resume->dataset, o.dataset));
+    }
+    resumed_taken = o.resume->taken;
+    std::sort(resumed_taken.begin(), resumed_taken.end());
+    resumed_taken.erase(std::unique(resumed_taken.begin(), resumed_taken.end()),
+                        resumed_taken.end());
+    request.resume_epoch = o.resume->epoch;
+    request.resume_batches = o.resume->batches;
+    if (!resumed_taken.empty()) request.resume_taken = protocol::EncodeIdSet(resumed_taken);
+    if (request.resume_taken.size() > protocol::kMaxPayloadBytes / 2) {
+      return Status::InvalidArgument(fmt::format(
+          "the checkpoint's position ({} samples taken in epoch {}) needs {} bytes, more than a "
+          "create-job frame holds; checkpoint at an epoch's end for a dataset this large",
+          resumed_taken.size(), o.resume->epoch, request.resume_taken.size()));
+    }
+  }
   auto reply = hs->socket->Call(request, o.silence_timeout);
   if (!reply.ok()) return reply.status();
   auto* info = std::get_if<protocol::JobInfo>(&*reply);
@@ -293,6 +456,19 @@ Result<std::unique_ptr<Job>> Client::CreateJob(const JobOptions& o) {
   state->heartbeat_every = std::max(std::chrono::milliseconds(10),
                                      std::chrono::milliseconds(hs->hello.lease_ms / 4));
   state->silence_timeout = o.silence_timeout;
+  {
+    MutexLock lock(state->mu);
+    JobPosition& p = state->position;
+    p.dataset = o.dataset;
+    p.epochs = info->epochs;
+    p.epoch = info->start_epoch;
+    p.batches = info->start_batch;
+    if (o.resume) {
+      p.samples = o.resume->samples;
+      // The server moves on to the next epoch when the checkpoint took all of one.
+      if (o.resume->epoch == info->start_epoch) p.taken = std::move(resumed_taken);
+    }
+  }
   state->reader = std::thread([s = state.get()] { s->ReaderLoop(); });
   return std::unique_ptr<Job>(new Job(std::move(state)));
 }

@@ -25,6 +25,46 @@ namespace {
 
 namespace po = boost::program_options;
 
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+Result<std::string> ReadPositionFile(const std::string& path) {
+  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
+  if (f == nullptr) {
+    return Status::NotFound(fmt::format("cannot read --resume \"{}\": {}; pass a file written by "
+                                        "--checkpoint, or start without --resume",
+                                        path, std::strerror(errno)));
+  }
+  std::string bytes;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f.get())) > 0) bytes.append(buf, n);
+  if (std::ferror(f.get())) {
+    return Status::IOError(fmt::format("reading --resume \"{}\" failed", path));
+  }
+  return bytes;
+}
+
+// Writes PATH.tmp, then renames it over PATH: a reader (or a restart after kill -9) sees the
+// previous position or the new one, never a torn file.
+Status WritePositionFile(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::unique_ptr<std::FILE, FileCloser> f(std::fopen(tmp.c_str(), "wb"));
+    if (f == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size() ||
+        std::fflush(f.get()) != 0) {
+      return Status::IOError(fmt::format("cannot write --checkpoint \"{}\": {}", tmp,
+                                         std::strerror(errno)));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::IOError(fmt::format("cannot rename \"{}\" to --checkpoint \"{}\": {}", tmp,
+                                       path, std::strerror(errno)));
+  }
+  return Status::OK();
+}
+
 constexpr std::string_view kUsage = R"(usage: carpool consume --dataset NAME [options]
 
 Attaches one job to the running server and reads all its batches.
@@ -37,13 +77,9 @@ int Fail(const Status& s) {
   return 1;
 }
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-
 int Consume(int argc, char** argv) {
   JobOptions job_options;
-  std::string state_dir, socket, ids_out;
+  std::string state_dir, socket, ids_out, checkpoint, resume;
   uint32_t step_ms = 0;
   po::options_description opts;
   opts.add_options()("help,h", "show this help")(
@@ -65,6 +101,10 @@ int Consume(int argc, char** argv) {
       "nodes", po::value(&job_options.nodes), "nodes the job spans, one server each (default 1)")(
       "step-ms", po::value(&step_ms), "sleep this long per batch, standing in for training")(
       "ids-out", po::value(&ids_out), "write epoch,sample_id,label per delivered sample")(
+      "checkpoint", po::value(&checkpoint),
+      "after every batch, write the job's position to this file (atomically, after --ids-out)")(
+      "resume", po::value(&resume),
+      "start where the position in this file (from --checkpoint) left off")(
       "json", "print a JSON summary")(
       "socket", po::value(&socket), "server socket (default <state-dir>/carpool.sock)")(
       "state-dir", po::value(&state_dir), "state directory holding the socket");
@@ -79,6 +119,16 @@ int Consume(int argc, char** argv) {
       return Fail(Status::IOError(fmt::format("cannot write --ids-out \"{}\": {}", ids_out,
                                               std::strerror(errno))));
     }
+  }
+  if (!resume.empty()) {
+    Result<std::string> bytes = ReadPositionFile(resume);
+    if (!bytes.ok()) return Fail(bytes.status());
+    Result<JobPosition> position = JobPosition::Parse(*bytes);
+    if (!position.ok()) {
+      return Fail(Status::InvalidArgument(
+          fmt::format("--resume \"{}\": {}", resume, position.status().message())));
+    }
+    job_options.resume = std::move(*position);
   }
   Result<std::unique_ptr<Client>> client = Client::Connect(*path);
   if (!client.ok()) return Fail(client.status());
@@ -107,6 +157,17 @@ int Consume(int argc, char** argv) {
       }
     }
     batch->reset();  // release the slot before "training", as a real job would after copying
+    if (!checkpoint.empty()) {
+      // The ids first: a kill between the two leaves ids past the checkpoint, never fewer.
+      if (ids != nullptr && std::fflush(ids.get()) != 0) {
+        return Fail(Status::IOError(
+            fmt::format("writing --ids-out \"{}\" failed: {}", ids_out, std::strerror(errno))));
+      }
+      if (Status saved = WritePositionFile(checkpoint, (*job)->Position().Serialize());
+          !saved.ok()) {
+        return Fail(saved);
+      }
+    }
     if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
   }
   const double seconds =
@@ -125,7 +186,8 @@ int Consume(int argc, char** argv) {
     const nlohmann::ordered_json summary = {
         {"job", (*job)->id()},      {"batches", batches},          {"samples", samples},
         {"seconds", seconds},       {"samples_per_s", rate},       {"skipped", skipped},
-        {"epochs", (*job)->epochs()}, {"wait_ms_p50", quantile(0.5)},
+        {"epochs", (*job)->epochs()}, {"start_epoch", (*job)->start_epoch()},
+        {"start_batch", (*job)->start_batch()}, {"wait_ms_p50", quantile(0.5)},
         {"wait_ms_p99", quantile(0.99)}, {"wait_ms_max", waits_ms.empty() ? 0.0 : waits_ms.back()}};
     fmt::print("{}\n", summary.dump());
   } else {

@@ -43,6 +43,10 @@ typedef struct carpool_job_options {
   uint32_t world_size;
   uint32_t node;         /* a job spanning `nodes` nodes: this node's part (0 or 1 node: all) */
   uint32_t nodes;
+  /* Start where a checkpoint left off: bytes from carpool_job_position of an earlier job on this
+     dataset (NULL/0: a fresh start). */
+  const void* resume;
+  size_t resume_bytes;
 } carpool_job_options;
 
 typedef struct carpool_job_info {
@@ -55,6 +59,8 @@ typedef struct carpool_job_info {
   int32_t dtype;               /* 1 uint8, 2 float16, 3 float32 */
   int32_t layout;              /* 1 nhwc, 2 nchw, 3 raw */
   int32_t device;              /* CUDA device of the batches, or -1 for host memory */
+  uint32_t start_epoch;        /* where the job starts: 0, or a resumed checkpoint's epoch */
+  uint64_t start_batch;        /* and the index of its first batch in that epoch */
 } carpool_job_info;
 
 /* The message of the last failed call on this thread ("" if none). Valid until the next call. */
@@ -71,6 +77,13 @@ carpool_status carpool_job_info_get(const carpool_job* job, carpool_job_info* ou
 /* Blocks for the next batch. At the end of all epochs returns CARPOOL_OK with *out == NULL. */
 carpool_status carpool_job_next(carpool_job* job, carpool_batch** out);
 carpool_status carpool_job_stats(carpool_job* job, char** out_json);
+/* The job's position for a checkpoint (carpool::JobPosition::Serialize): the epoch in progress and
+ * the samples of it in every batch carpool_job_next returned, or all but the latest with
+ * exclude_latest != 0. *out (binary, *out_bytes long) is freed with carpool_string_free. */
+carpool_status carpool_job_position(const carpool_job* job, int32_t exclude_latest, char** out,
+                                    size_t* out_bytes);
+/* A position's fields as JSON: dataset, epochs, epoch, batches, samples, taken (a count). */
+carpool_status carpool_position_describe(const void* bytes, size_t n, char** out_json);
 
 /* Releases the batch slot (one credit back to the server) and frees the handle. */
 void carpool_batch_free(carpool_batch* batch);

@@ -40,12 +40,31 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "carpool/status.h"
 #include "carpool/types.h"
 
 namespace carpool {
+
+// A job's position, for a training checkpoint: the epoch in progress and what of it the job has
+// taken (every batch Next() returned). A job created with JobOptions::resume set to it receives
+// exactly the rest of that epoch, in a new uniform order, then its remaining epochs: nothing
+// repeated, nothing lost, on the same server or a restarted one.
+struct JobPosition {
+  std::string dataset;
+  uint32_t epochs = 0;          // of the job that took it
+  uint32_t epoch = 0;           // the epoch in progress, 0-based; == epochs once all delivered
+  uint64_t batches = 0;         // batches of that epoch taken
+  uint64_t samples = 0;         // samples taken over the job's life, across resumes
+  std::vector<uint32_t> taken;  // ids of that epoch's samples taken, ascending
+
+  // Bytes for a checkpoint file (a few bytes per run of ids, at most ~1 bit per id of the
+  // dataset's range); Parse reads them back, with kCorruption naming what is wrong. O(taken).
+  std::string Serialize() const;
+  static Result<JobPosition> Parse(std::string_view bytes);
+};
 
 struct JobOptions {
   std::string dataset;         // a dataset registered with 'carpool dataset add'
@@ -69,6 +88,8 @@ struct JobOptions {
   // Silence from the server longer than this fails calls with kUnavailable. The server answers
   // every heartbeat, so silence means it is gone or hung.
   std::chrono::milliseconds silence_timeout{10000};
+  // Start where a checkpoint left off (Job::Position() of an earlier job on this dataset).
+  std::optional<JobPosition> resume{};
 };
 
 // A zero-copy view of a batch's images: shape is {samples, sample dims...} in `layout` order.
@@ -120,11 +141,16 @@ class Job {
   Result<std::optional<Batch>> Next();
   // This job's statistics as JSON text, from the server.
   Result<std::string> Stats();
+  // Where the job stands: the batches Next() has returned (all of them, or all but the latest
+  // with exclude_latest, for a binding that fetched one it has not handed out). O(taken log taken).
+  JobPosition Position(bool exclude_latest = false) const;
 
   uint64_t id() const;
   uint64_t dataset_size() const;
   uint64_t batches_per_epoch() const;
   uint32_t epochs() const;
+  uint32_t start_epoch() const;  // where the job started: 0, or a resumed checkpoint's epoch
+  uint64_t start_batch() const;  // and batch within it
   std::vector<int64_t> sample_shape() const;
   DType dtype() const;
   Layout layout() const;
