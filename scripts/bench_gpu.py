@@ -2,14 +2,23 @@
 """Issue 9: carpool's GPU path end to end, against torchvision's DataLoader in the same run.
 
   bench_gpu.py [--count 20000] [--scenarios n1 n2 n4 overlap late slow] [--epochs 1]
+               [--sides carpool baseline gpudecode tensorsocket]
                [--max-seconds 45] [--json-out F] [--md-out F] [--smoke]
 
 Every job is a real ResNet-18 training process (spawned), on one GPU: bf16 autocast,
-channels_last, batch 256, SGD lr 0.1 momentum 0.9. Each scenario runs twice, back to back:
+channels_last, batch 256, SGD lr 0.1 momentum 0.9. Each scenario runs once per side (--sides),
+back to back:
   carpool:  a fresh `carpool server --gpus N --workers W` and one carpool.Loader(device=cuda:N) per
             job, transform random_crop(224)|flip|normalize(imagenet)|float16|nhwc;
   baseline: torchvision ImageFolder + DataLoader(shuffle, pin_memory) per job, the same pipeline,
-            the same W CPU workers split over the jobs, non_blocking copies to the GPU.
+            the same W CPU workers split over the jobs, non_blocking copies to the GPU;
+  gpudecode: per job, DataLoader workers read the files and the job decodes them on its GPU
+            (torchvision.io.decode_jpeg, batched) with the same pipeline in transforms.v2 there;
+  tensorsocket: TensorSocket's TensorProducer over the baseline's DataLoader, one per dataset
+            (and, with --ts-late own, one for a late job), with its jobs' shares of the W
+            workers; the jobs its TensorConsumers. Its pool puts the batches on the GPU and the
+            jobs get them through CUDA IPC. Each job's epoch is checked from the delivered ids.
+            Its packages: scripts/peer_wheels.sh.
 Also measured in the run: the GPU's training rate on synthetic on-GPU input, and the server's
 prepare rate (one job that drops its batches). They give each scenario's physical limit.
 docs/benchmarks.md ("Issue 9: GPU end to end") gives the method and the columns; scripts/gpu_bench.sh
@@ -23,6 +32,7 @@ import os
 import pathlib
 import queue as queue_mod
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -42,6 +52,7 @@ PREPARE = "resize=256,crop=256"
 SAMPLE_BYTES = 256 * 256 * 3  # one prepared sample in the cache (uint8 HWC)
 CROP = 224
 OVERLAP_PARTS = 5  # overlap scenario: a shared core of S/5 ids plus a private S/5 per job
+STALL_GRACE_S = 15  # TensorSocket: how long after the time cap a job blocked in its loader may take
 
 # name: (description, dataset of each job, late jobs, slow jobs)
 SCENARIOS = {
@@ -179,13 +190,19 @@ def probe_loader(loader, spec, timing):
         loader._release_current = release_current
 
 
-def torchvision_loader(spec, torch, go=None):
+def torchvision_loader(spec, torch, go=None, indexed=False):
+    """The baseline's DataLoader; `indexed`: items (image, label, ImageFolder index), so that the
+    jobs can check their epochs from what they got (TensorSocket's producer)."""
     from torch.utils.data import DataLoader, Subset
     from torchvision import datasets, transforms
     tf = imagenet_train_transform(transforms, CROP)
-    data = datasets.ImageFolder(spec["root"], transform=tf)
-    if spec["indices"] is not None:
-        data = Subset(data, spec["indices"])
+    if indexed:
+        from bench_peers import IndexedFolder
+        data = IndexedFolder(spec, tf)
+    else:
+        data = datasets.ImageFolder(spec["root"], transform=tf)
+        if spec["indices"] is not None:
+            data = Subset(data, spec["indices"])
     torch.manual_seed(spec["seed"])
     sampler = None
     if spec.get("distributed"):  # a DDP rank: its share of each epoch (scripts/bench_ddp_gpu.py)
@@ -276,6 +293,64 @@ def gpudecode_batches(spec, loader, dev, torch, first):
             yield x.contiguous(memory_format=torch.channels_last), labels.to(dev, non_blocking=True)
 
 
+def tensorsocket_producer(spec, go, done, out):
+    """TensorSocket's producer as its README runs it: the baseline's DataLoader (its W workers,
+    items carrying their ImageFolder index) wrapped in a TensorProducer, iterated epoch by epoch.
+    Where CUDA is available its TensorPool copies each send into one of 10 buffers on the GPU
+    (the first 10 sends allocate them) and the consumers get CUDA IPC handles of slices of it:
+    the batches cross PCIe once, in the producer. It stays up until `done`: the jobs' batches are
+    its memory. A spawned process; errors go to `out`."""
+    try:
+        import faulthandler
+        import signal
+        import torch
+        from bench_peers import tensorsocket_compat, ts_ports
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # where a stuck one is
+        torch.set_num_threads(1)  # the cores belong to its workers
+        ts = tensorsocket_compat()
+        loader = torchvision_loader(spec, torch, go, indexed=True)
+        # iter(loader) in the constructor forks the (persistent) workers, before CUDA; they
+        # wait for `go` before their first decode.
+        producer = ts.TensorProducer(loader, producer_batch_size=spec["producer_batch"],
+                                     **ts_ports(spec["ts_port"]))
+        out.put(("ready", spec["job"], None))
+        go.wait()
+        for _ in range(spec["epochs"]):
+            for _ in producer:
+                if done.is_set():
+                    return
+        done.wait()
+    except BaseException:
+        out.put(("error", spec["job"], traceback.format_exc()))
+        sys.exit(1)
+
+
+def tensorsocket_batches(spec, dev, torch, timing):
+    """A TensorConsumer's batches (created here, after the clock: it blocks until its producer
+    announces the loader), made channels_last on the GPU as the baseline's. The delivered
+    ImageFolder indices and the pixel sums of the first batch's first 16 samples go to
+    `timing` (the epoch checks), at the generator's close."""
+    from bench_peers import CHECKSUMS, tensorsocket_compat, ts_ports
+    consumer = tensorsocket_compat().TensorConsumer(batch_size=spec["batch_size"],
+                                                    **ts_ports(spec["ts_port"]))
+    epochs, checksums = [], {}
+    try:
+        for _ in range(spec["epochs"]):
+            ids = []
+            epochs.append(ids)
+            for images, labels, index in consumer:
+                ids.append(index.clone())  # its pool slot is overwritten 10 sends later
+                if not checksums:  # once, before the job's clock (its first batch)
+                    checksums = {i: float(x.double().sum()) for i, x in
+                                 zip(index[:CHECKSUMS].tolist(), images[:CHECKSUMS])}
+                x = images.to(dev, non_blocking=True).contiguous(memory_format=torch.channels_last)
+                yield x, labels.to(dev, non_blocking=True)
+        yield None
+    finally:
+        timing["epochs"] = [torch.cat(e).tolist() if e else [] for e in epochs]
+        timing["checksums"] = checksums
+
+
 def synthetic_batches(x, y):
     while True:
         yield x, y
@@ -322,12 +397,14 @@ def run_job(spec, go, stop, progress, out, wrap=None):
     batches = (carpool_batches(spec, timing) if spec["side"] in ("carpool", "drop", "sleep")
                else gpudecode_batches(spec, tv, dev, torch, tv_first)
                if spec["side"] == "gpudecode"
+               else tensorsocket_batches(spec, dev, torch, timing)
+               if spec["side"] == "tensorsocket"
                else baseline_batches(spec, tv, dev, torch, tv_first) if tv is not None
                else synthetic_batches(x0, y0))
     # Rates are steady-state on both sides: from the first batch's arrival, that batch not
     # counted. What came before (the DataLoader starting its workers, a carpool job joining and
     # waiting for its first batch) is reported as startup_s.
-    images = steps = 0
+    images = steps = first_images = 0
     go_t, first_t, batch_device = start, None, None
     wait_s = 0.0  # time the training loop waited for its next batch, after the first
     waits = []  # each batch's wait, ms
@@ -339,7 +416,7 @@ def run_job(spec, go, stop, progress, out, wrap=None):
             batch = next(batches)
         except StopIteration:
             break
-        if batch is None:  # carpool's end of data, before its loader closes
+        if batch is None:  # the end of data, before the loader closes
             break
         x, y = batch
         if first_t is not None:
@@ -347,7 +424,7 @@ def run_job(spec, go, stop, progress, out, wrap=None):
             waits.append(1e3 * (time.monotonic() - t_wait))
         if first_t is None:
             first_t = time.monotonic()
-            start, images = first_t, -len(y)
+            start, images, first_images = first_t, -len(y), len(y)
             batch_device = str(x.device)
         t_step = time.monotonic()
         for _ in range(spec["repeat"] if step else 0):
@@ -388,6 +465,7 @@ def run_job(spec, go, stop, progress, out, wrap=None):
         "job": spec["job"], "dataset": spec["dataset_key"], "images": images, "steps": steps,
         "start": start, "end": end, "seconds": end - start,
         "startup_s": (first_t - go_t) if first_t is not None else None,
+        "first_images": first_images,
         "wait_s": wait_s, "wait_fraction": wait_s / (end - start) if end > start else None,
         "images_per_s": images / (end - start) if end > start else 0.0,
         "job_cpu_s": cpu1.user + cpu1.system - cpu0.user - cpu0.system,
@@ -418,10 +496,13 @@ def job_process(spec, go, stop, progress, out):
 # ---------------------------------------------------------------- the orchestrator
 
 def run_jobs(specs, max_seconds, late=(), late_at=0.3, on_start=None, ready_timeout=600.0,
-             target_of=lambda spec: job_process):
+             target_of=lambda spec: job_process, stall_grace=None, on_late=None):
     """Runs one process per spec; all but `late` start together once every one is warm, the late
     ones when the others reached `late_at` of their planned images. At max_seconds every job is
-    told to stop after its current batch. Returns (results, ready infos, t0)."""
+    told to stop after its current batch. With stall_grace, a job still running stall_grace s
+    after that (blocked in its loader, so it never sees the stop) is ended and reported with
+    "stalled" and the images it had (stalled()). on_late(job) is called as a late job is told to
+    go. Returns (results, ready infos, t0)."""
     ctx = mp.get_context("spawn")  # no fork after CUDA; each job a fresh interpreter
     n = len(specs)
     progress, stop, out = ctx.Array("q", n), ctx.Event(), ctx.Queue()
@@ -458,9 +539,11 @@ def run_jobs(specs, max_seconds, late=(), late_at=0.3, on_start=None, ready_time
             on_start()
         t0 = time.monotonic()
         waiting = [i for i in range(n) if i in late]
+        went = {}
         for i in range(n):
             if i not in late:
                 gos[i].set()
+                went[i] = t0
         while len(results) < n:
             receive(0.1)
             if not stop.is_set() and time.monotonic() - t0 > max_seconds:
@@ -468,7 +551,14 @@ def run_jobs(specs, max_seconds, late=(), late_at=0.3, on_start=None, ready_time
             on_time = [i for i in range(n) if i not in late]
             if waiting and (stop.is_set() or all(i in results for i in on_time) or min(
                     progress[i] / specs[i]["planned"] for i in on_time) >= late_at):
+                went[waiting[0]] = time.monotonic()
+                if on_late:
+                    on_late(waiting[0])
                 gos[waiting.pop(0)].set()
+            if stall_grace is not None and time.monotonic() - t0 > max_seconds + stall_grace:
+                for i in set(range(n)) - set(results):
+                    results[i] = stalled(specs[i], went.get(i, t0), progress[i])
+                    procs[i].terminate()
         for p in procs:
             p.join(60)
         return [results[i] for i in range(n)], [ready[i] for i in range(n)], t0
@@ -481,6 +571,40 @@ def run_jobs(specs, max_seconds, late=(), late_at=0.3, on_start=None, ready_time
             if p.is_alive():
                 p.terminate()
                 p.join()
+
+
+def stalled(spec, went, progress):
+    """The result of a job that never ended: the images its progress counter had (those after
+    its first batch), over the time from its go; no steady-state rate."""
+    end = time.monotonic()
+    images = max(0, progress)
+    return {"job": spec["job"], "dataset": spec["dataset_key"], "images": images, "steps": None,
+            "start": went, "end": end, "seconds": end - went, "startup_s": None,
+            "images_per_s": images / (end - went), "workers": spec["workers"],
+            "stalled": f"stalled after {images} images"}
+
+
+def tree_cpu_seconds(pids):
+    """CPU seconds (user + system) of processes and all their descendants (psutil); None without
+    psutil."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    total = 0.0
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            procs = [root] + root.children(recursive=True)
+        except psutil.Error:
+            continue
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+    return total
 
 
 def cpu_seconds(pid):
@@ -534,6 +658,19 @@ def aggregate(results, sampler):
 
 def ratio(a, b):
     return a / b if a is not None and b else None
+
+
+def rate_from_go(agg, batch):
+    """All the images of a side's jobs, their first batches included, over the time from the
+    first go to the last end: the rate with every loader's start-up (and read-ahead before the
+    first batch) counted, which short runs need beside the steady-state images_per_s."""
+    jobs = (agg or {}).get("jobs")
+    if not jobs:
+        return None
+    images = sum(j["images"] + (j.get("first_images", batch) if j.get("startup_s") is not None
+                                else 0) for j in jobs)
+    span = max(j["end"] for j in jobs) - min(j["start"] - (j.get("startup_s") or 0) for j in jobs)
+    return images / span if span > 0 else None
 
 
 class Bench:
@@ -642,6 +779,100 @@ class Bench:
                    workers_cores_pct=100 * cpu / agg["wall_s"] / self.cores, prep_per_delivery=1.0)
         return agg, ready
 
+    def tensorsocket_run(self, specs, late=()):
+        """TensorSocket (issue 13.3): its producers as scripts/bench_peers.py plans them
+        (tensorsocket_producers: one per dataset with its jobs' shares of the W workers; a late
+        job's own one with --ts-late own, started as it joins, else one epoch more in the shared
+        one), each a spawned process over the baseline's DataLoader, and the jobs as its
+        consumers; the producers stay up until every job has ended. Adds each job's epoch checks
+        from the delivered ids, and the producers' CPU (their workers' included)."""
+        from bench_peers import epoch_check, order_z, pair_checks, tensorsocket_producers
+        a = self.args
+        plan, ports, notes = tensorsocket_producers(
+            [s["dataset_key"] for s in specs], [s["batch_size"] for s in specs], a.workers,
+            a.epochs, late=late, late_own=a.ts_late == "own")
+        for s, port in zip(specs, ports):
+            s["ts_port"] = port
+        ctx = mp.get_context("spawn")
+        out, done = ctx.Queue(), ctx.Event()
+        # A producer of late jobs only starts its workers when its first job goes.
+        gos = [ctx.Event() for _ in plan]
+        late_of = [all(i in late for i in h["jobs"]) for h in plan]
+        procs = [ctx.Process(target=tensorsocket_producer, args=(self.spec(
+            "tensorsocket-producer", h["job"], h["dataset"], seed=-h["job"], workers=h["workers"],
+            batch_size=h["batch"], producer_batch=h["producer_batch"], ts_port=h["ts_port"],
+            epochs=h["epochs"]), go, done, out)) for h, go in zip(plan, gos)]
+        errors, cpu = [], {}
+
+        def drain(timeout):
+            try:
+                kind, job, payload = out.get(timeout=timeout)
+            except queue_mod.Empty:
+                return None
+            if kind == "error":
+                print(payload, file=sys.stderr, flush=True)
+                errors.append(f"producer {-job}: {payload.strip().splitlines()[-1]}")
+            return kind
+
+        def before():
+            for go, is_late in zip(gos, late_of):
+                if not is_late:
+                    go.set()
+            cpu["start"] = tree_cpu_seconds([p.pid for p in procs])
+
+        def on_late(job):
+            for go, h in zip(gos, plan):
+                if job in h["jobs"]:
+                    go.set()
+        try:
+            for p in procs:
+                p.start()
+            ready, deadline = 0, time.monotonic() + 300
+            while ready < len(procs) and not errors:
+                if time.monotonic() > deadline:
+                    raise SystemExit("TensorSocket producers not ready after 300 s")
+                ready += drain(0.5) == "ready"
+            if errors:
+                raise SystemExit("; ".join(errors))
+            results, _, _ = run_jobs(specs, a.max_seconds, late=late, on_start=before,
+                                     stall_grace=STALL_GRACE_S, on_late=on_late)
+            cpu["end"] = tree_cpu_seconds([p.pid for p in procs])
+        finally:
+            done.set()
+            for go in gos:
+                go.set()
+            for k, p in enumerate(procs):
+                p.join(5)
+                if p.is_alive():  # not back in its loop: its stack to stderr, then end it
+                    notes.append(f"producer {k + 1} did not end when told (stack on stderr)")
+                    os.kill(p.pid, signal.SIGUSR1)
+                    time.sleep(1)
+                    p.terminate()
+                    p.join()
+            while drain(0.1):
+                pass
+        checked = [{"epochs": r.pop("epochs", []), "checksums": r.get("checksums", {})}
+                   for r in results]
+        for s, r, c in zip(specs, results, checked):
+            expected = self.expected_ids(s["dataset_key"])
+            r["epoch_check"] = r.get("stalled") or epoch_check(c["epochs"], expected)
+            r["order_z"] = order_z(c["epochs"][0], expected) if c["epochs"] else None
+        agg = aggregate(results, self.sampler)
+        rho, same_pixels = pair_checks(checked) if len(checked) > 1 else (None, False)
+        used = (cpu["end"] - cpu["start"]) if None not in (cpu.get("start"), cpu.get("end")) \
+            else None
+        agg.update(producers=len(plan), producer_batch=plan[0]["producer_batch"], notes=notes,
+                   order_rho_max=rho, same_pixels=same_pixels, producer_errors=errors,
+                   producer_cpu_s=used,
+                   producer_cpu_ms_per_image=ratio(used and used * 1e3, agg["images"]),
+                   prep_per_delivery=None)
+        return agg, None
+
+    def expected_ids(self, key):
+        """The ImageFolder indices of a dataset (what each of its epochs must hold once)."""
+        _, indices, size = self.datasets[key]
+        return list(range(size)) if indices is None else indices
+
     # -- the machine's limits
     def measure_limits(self):
         a = self.args
@@ -705,6 +936,7 @@ class Bench:
             t = time.monotonic()
             try:
                 agg, _ = (self.carpool_run(name, specs, late=late) if side == "carpool"
+                          else self.tensorsocket_run(specs, late=late) if side == "tensorsocket"
                           else self.baseline_run(specs, late=late))
             except (Exception, SystemExit) as e:  # one broken side must not lose the others
                 row[side] = {"error": str(e)}
@@ -737,6 +969,15 @@ class Bench:
         self.carpool = import_carpool() if "carpool" in a.sides else None
         if self.carpool is None and "carpool" in a.sides:
             print("carpool binary or library not found: the carpool side is skipped", flush=True)
+        from bench_peers import tensorsocket_compat, versions
+        if "tensorsocket" in a.sides:
+            try:
+                tensorsocket_compat()
+            except Exception as e:  # noqa: BLE001  any import failure: no tensorsocket side
+                self.errors.append(f"tensorsocket: {type(e).__name__}: {e}")
+                print(f"tensorsocket side skipped: {e} (scripts/peer_wheels.sh)", flush=True)
+                a.sides = [x for x in a.sides if x != "tensorsocket"]
+        self.report["versions"] = versions()
         tmp = tempfile.mkdtemp(prefix="carpool-gpu-bench-")
         self.state_dir = pathlib.Path(a.state_dir or tmp)
         self.log_dir = pathlib.Path(a.log_dir or tmp)
@@ -851,6 +1092,18 @@ def fmt(x, spec=".0f"):
     return "–" if x is None else format(x, spec)
 
 
+SIDE_NAMES = {"carpool": "carpool", "baseline": "DataLoader", "gpudecode": "GPU decode",
+              "tensorsocket": "TensorSocket"}
+
+
+def versus_best(rates, peers):
+    """'carpool ÷ the best peer (its name)' of {side: img/s}."""
+    best = max(((rates[x], x) for x in peers if rates.get(x) is not None), default=None)
+    if not best or rates.get("carpool") is None:
+        return "–"
+    return f"{fmt(ratio(rates['carpool'], best[0]), '.2f')} ({SIDE_NAMES[best[1]]})"
+
+
 # The scenario table: (header, value from (scenario row, carpool side, baseline side), format).
 COLUMNS = [
     ("jobs", lambda s, cp, bl: s["jobs"], "d"),
@@ -878,6 +1131,7 @@ def markdown(r):
              f"{r.get('torch')}), {r['cores']} cores, {c['workers']} loader workers, batch "
              f"{c['batch_size']}, {c['epochs']} epoch(s) (at most {c['max_seconds']} s), model "
              f"{c['model']}, slow job: {c['slow_mode']}, run {r.get('run_s', 0):.0f} s",
+             "Versions: " + ", ".join(f"{k} {v}" for k, v in r.get("versions", {}).items() if v),
              f"GPU training rate alone: {fmt(r.get('gpu_rate'))} img/s; server prepare rate: "
              f"{fmt(r.get('prepare_rate_images_per_s'))} img/s", "",
              "| scenario | " + " | ".join(h for h, _, _ in COLUMNS) + " |",
@@ -886,27 +1140,55 @@ def markdown(r):
         cp, bl = s.get("carpool", {}), s.get("baseline", {})
         lines.append(f"| {name}: {s['what']} | " + " | ".join(
             fmt(get(s, cp, bl), f) for _, get, f in COLUMNS) + " |")
-    lines += ["", "| scenario | job | dataset | start s carpool / baseline | carpool img/s | "
-              "baseline img/s |", "|---|---|---|---|---|---|"]
+    sides = [x for x in SIDE_NAMES if any(x in s for s in r["scenarios"].values())]
+    names = [SIDE_NAMES[x] for x in sides]
+    lines += ["", f"| scenario | job | dataset | start s {' / '.join(names)} | " +
+              " | ".join(f"{n} img/s" for n in names) + " |", "|---" * (4 + len(sides)) + "|"]
     for name, s in r["scenarios"].items():
         for j, key in enumerate(s["datasets"]):
-            cp, bl = (s.get(side, {}).get("jobs", [{}] * s["jobs"])[j]
-                      for side in ("carpool", "baseline"))
-            lines.append(f"| {name} | {j} | {key} | {fmt(cp.get('start_offset_s'), '.1f')} / "
-                         f"{fmt(bl.get('start_offset_s'), '.1f')} | "
-                         f"{fmt(cp.get('images_per_s'))} | {fmt(bl.get('images_per_s'))} |")
-    if any("gpudecode" in s for s in r["scenarios"].values()):
-        lines += ["", "| scenario | carpool img/s | GPU decode (torchvision) img/s | carpool ÷ GPU "
-                  "decode | GPU util % carpool / GPU decode | per job, GPU decode img/s |",
-                  "|---|---|---|---|---|---|"]
+            js = [(s.get(x, {}).get("jobs") or [{}] * s["jobs"])[j] for x in sides]
+            lines.append(f"| {name} | {j} | {key} | "
+                         f"{' / '.join(fmt(x.get('start_offset_s'), '.1f') for x in js)} | " +
+                         " | ".join(fmt(x.get("images_per_s")) for x in js) + " |")
+    peers = [x for x in sides if x != "carpool"]
+    if set(peers) - {"baseline"}:  # issue 13: carpool against every peer of the run
+        lines += ["", "| scenario | " + " | ".join(f"{n} img/s" for n in names) +
+                  " | carpool ÷ best peer | GPU util % " + " / ".join(names) + " |",
+                  "|---" * (len(sides) + 3) + "|"]
         for name, s in r["scenarios"].items():
-            cp, gd = s.get("carpool", {}), s.get("gpudecode", {})
-            per_job = ", ".join(fmt(j.get("images_per_s")) for j in gd.get("jobs", []))
-            lines.append(f"| {name} | {fmt(cp.get('images_per_s'))} | "
-                         f"{fmt(gd.get('images_per_s'))} | "
-                         f"{fmt(ratio(cp.get('images_per_s'), gd.get('images_per_s')), '.2f')} | "
-                         f"{fmt(cp.get('gpu_util_pct'))} / {fmt(gd.get('gpu_util_pct'))} | "
-                         f"{per_job or gd.get('error', '–')} |")
+            rates = {x: s.get(x, {}).get("images_per_s") for x in sides}
+            lines.append(f"| {name} | " + " | ".join(
+                fmt(rates[x]) if "error" not in s.get(x, {}) else "failed" for x in sides) +
+                f" | {versus_best(rates, peers)} | " +
+                " / ".join(fmt(s.get(x, {}).get("gpu_util_pct")) for x in sides) + " |")
+        lines += ["", "From the first go to the last end, first batches and start-up included:",
+                  "", "| scenario | " + " | ".join(f"{n} img/s" for n in names) +
+                  " | carpool ÷ best peer |", "|---" * (len(sides) + 2) + "|"]
+        for name, s in r["scenarios"].items():
+            rates = {x: rate_from_go(s.get(x), c["batch_size"]) for x in sides}
+            lines.append(f"| {name} | " + " | ".join(fmt(rates[x]) for x in sides) +
+                         f" | {versus_best(rates, peers)} |")
+    if "tensorsocket" in sides:
+        lines += ["", "| scenario | producers | TensorSocket img/s per job | epochs (per job) | "
+                  "order z vs listing | order ρ between jobs | same pixels across jobs | first "
+                  "batch after s | producer CPU ms/img | notes |", "|---" * 10 + "|"]
+        for name, s in r["scenarios"].items():
+            t = s.get("tensorsocket")
+            if not t:
+                continue
+            if "jobs" not in t:
+                lines.append(f"| {name} | {t.get('error')} |" + " |" * 8)
+                continue
+            js = t["jobs"]
+            notes = t["notes"] + [f"producer {e}" for e in t["producer_errors"]]
+            lines.append(
+                f"| {name} | {t['producers']} | "
+                f"{' / '.join(fmt(j['images_per_s']) for j in js)} | "
+                f"{' / '.join(j['epoch_check'] for j in js)} | "
+                f"{' / '.join(fmt(j['order_z'], '.1f') for j in js)} | "
+                f"{fmt(t['order_rho_max'], '.2f')} | {'yes' if t['same_pixels'] else 'no'} | "
+                f"{' / '.join(fmt(j.get('startup_s'), '.1f') for j in js)} | "
+                f"{fmt(t['producer_cpu_ms_per_image'], '.2f')} | {'; '.join(notes)} |")
     lines += [f"- FAILED: {e}" for e in r["errors"]]
     return "\n".join(lines) + "\n"
 
@@ -919,10 +1201,16 @@ def parser():
     ap.add_argument("--state-dir", help="catalog and socket (default: a temporary folder)")
     ap.add_argument("--log-dir", help="server logs (default: the temporary folder)")
     ap.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS))
-    ap.add_argument("--sides", nargs="+", choices=["carpool", "baseline", "gpudecode"],
+    ap.add_argument("--sides", nargs="+", choices=list(SIDE_NAMES),
                     default=["carpool", "baseline"],
-                    help="gpudecode: torchvision.io.decode_jpeg on the GPU + transforms.v2 there, "
-                         "per job (issue 13's GPU peer)")
+                    help="baseline: a DataLoader per job; gpudecode: torchvision.io.decode_jpeg on "
+                         "the GPU + transforms.v2 there, per job; tensorsocket: one TensorProducer "
+                         "over the baseline's DataLoader per dataset, the jobs its consumers "
+                         "(issue 13's GPU peers; tensorsocket needs scripts/peer_wheels.sh)")
+    ap.add_argument("--ts-late", choices=["own", "shared"], default="own",
+                    help="tensorsocket, late scenario: the late job gets a producer of its own "
+                         "(default), or joins the others' (served from its next epoch only; it "
+                         "stalls once the on-time jobs have left)")
     ap.add_argument("--device", help="default cuda:0; smoke cpu")
     ap.add_argument("--model", choices=["resnet18", "tiny"], help="default resnet18; smoke tiny")
     ap.add_argument("--batch-size", type=int, help="default 256; smoke 8")

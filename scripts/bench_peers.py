@@ -4,7 +4,7 @@
   scripts/bench_peers_venv.sh      # once: the peers in ~/.cache/carpool/bench-venv
   ~/.cache/carpool/bench-venv/bin/python scripts/bench_peers.py [--quick] [--count 2500]
       [--scenarios ...] [--configs ...] [--workers 4] [--max-seconds 60]
-      [--json-out F] [--md-out F]
+      [--wds-shard-size 50] [--json-out F] [--md-out F] | --wds-model
 
 Configurations, each with the same W workers in all (--workers) and the same pipeline: decode,
 resize 256, centre crop 256, random crop 224, flip, normalize (ImageNet), float32 NCHW:
@@ -13,20 +13,27 @@ resize 256, centre crop 256, random crop 224, flip, normalize (ImageNet), float3
   dali          a DALI CPU pipeline per job (fn.readers.file, fn.decoders.image on the CPU, resize,
                 crop, fn.crop_mirror_normalize), num_threads = W split over the jobs;
   tensorsocket  one TensorProducer over a DataLoader with W workers, one TensorConsumer per job;
-                where one producer cannot serve the scenario, what a user must do instead.
+                where one producer cannot serve the scenario, what a user must do instead;
+  webdataset    webdataset's own loader per job over tar shards of the same JPEGs (written once
+                with its ShardWriter, in a fixed shuffled order, --wds-shard-size per shard):
+                WebDataset(shards, shardshuffle=100).shuffle(1000).decode("pil").map(pipeline)
+                in a DataLoader with W split over the jobs.
 Each job is a process that sleeps --step-ms per 64 samples (its simulated training step). The
 report: aggregate and per-job samples/s, CPU seconds of every process of the configuration per
 delivered sample, each job's epoch checked from the delivered sample ids (exactly once, order
-against the listing, order shared with another job, augmentation shared with another job), and
-carpool's preparations per delivery against the scenario's lower bound. docs/peers.md has the
-method and the results."""
+against the listing, how well it mixes webdataset's shards, order shared with another job,
+augmentation shared with another job), and carpool's preparations per delivery against the
+scenario's lower bound. --wds-model prints webdataset's order model without images.
+docs/peers.md has the method and the results."""
 
 import argparse
 import json
+import math
 import multiprocessing as mp
 import os
 import pathlib
 import queue as queue_mod
+import random
 import shutil
 import sys
 import tempfile
@@ -46,11 +53,16 @@ TRANSFORM = "random_crop(224)|flip|normalize(imagenet)|float32|nchw"
 CROP = 224
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
-CONFIGS = ["carpool", "dataloader", "dali", "tensorsocket"]
+CONFIGS = ["carpool", "dataloader", "dali", "tensorsocket", "webdataset"]
 LATE_AT = 0.3  # the late joiner starts when the others have delivered 30% of their epoch
 CHECKSUMS = 16  # samples per job whose pixel sums are compared across jobs
 STALL_GRACE_S = 15  # after the time cap, how long a job may take to notice the stop
 TS_PORTS = 5555  # TensorSocket's default ports; a second producer takes the next four
+# webdataset: its shard shuffle buffer (shards, per DataLoader worker) and sample shuffle buffer
+# (samples, per worker; .shuffle(1000) as in its documentation).
+WDS_SHARD_SHUFFLE = 100
+WDS_SHUFFLE = 1000
+MIX_WINDOW = 64  # deliveries per window of the shard-mix check
 
 
 class Job:
@@ -101,7 +113,7 @@ class IndexedFolder:
     def __init__(self, spec, transform):
         from torchvision import datasets
         self.folder = datasets.ImageFolder(spec["root"], transform=transform)
-        self.indices = spec["indices"]
+        self.indices = spec["indices"] or range(len(self.folder))  # None: the whole folder
 
     def __len__(self):
         return len(self.indices)
@@ -202,6 +214,55 @@ def ts_ports(base):
     return {"port": base, "ack_port": base + 1, "heart_ports": (base + 2, base + 3)}
 
 
+def tensorsocket_producers(datasets, batches, workers, epochs, late=(), late_own=False):
+    """What a TensorSocket user runs for jobs reading `datasets` with `batches` (one of each per
+    job; the jobs in `late` join late): one producer per distinct dataset (a producer serves one
+    loader's batches to all its consumers), each with its jobs' shares of the W workers (as
+    job_workers splits them for per-job loaders). Returns
+    (producers: dicts with job (-1, -2, ...), dataset, workers, batch, producer_batch, ts_port,
+    epochs, jobs; each job's port; notes). Also used by scripts/bench_gpu.py's tensorsocket side.
+    - The producer's loader batch is the smallest consumer batch, and a send collates
+      producer_batch_size = max(2, largest / smallest consumer batch) loader batches (its
+      documented flexible batch size). Not its default 8: on the CPU each message pickles the
+      whole collated storage by value (8 was 8x slower here); on a GPU its pool holds 10 sends
+      (8 x 256 float32 224x224 images = 1.2 GB each), and the group of producer_batch_size loader
+      batches that holds an epoch's last one is never sent (1 to 8 batches lost per epoch).
+      1 crashes in 0.0.5 (IndexError in collate once a consumer's next batch has left the
+      buffer).
+    - A late joiner is served from the producer's next epoch only (see docs/peers.md), so the
+      producer then runs one epoch more; with late_own, each late job gets a producer of its own
+      instead (what a user does once the shared one has stalled, as it does when the on-time
+      jobs leave before the late one's epoch)."""
+    groups = []  # (dataset, late job or None): one producer each
+    for i, ds in enumerate(datasets):
+        key = (ds, i if late_own and i in late else None)
+        if key not in groups:
+            groups.append(key)
+    groups.sort(key=lambda g: (g[0], -1 if g[1] is None else g[1]))
+    lo, hi = min(batches), max(batches)
+    producers, notes = [], []
+    for k, (ds, own) in enumerate(groups):
+        jobs = [i for i, d in enumerate(datasets)
+                if d == ds and (i == own if own is not None else not (late_own and i in late))]
+        shared_late = not late_own and any(i in late for i in jobs)
+        producers.append({"job": -(k + 1), "dataset": ds,
+                          "workers": sum(job_workers(workers, len(datasets), i) for i in jobs),
+                          "batch": lo,
+                          "producer_batch": max(2, hi // lo), "ts_port": TS_PORTS + 4 * k,
+                          "epochs": epochs + (1 if shared_late else 0), "jobs": jobs})
+    ports = [next(p["ts_port"] for p in producers if i in p["jobs"]) for i in range(len(datasets))]
+    if len(set(datasets)) > 1:
+        notes.append(f"one producer per dataset ({len(set(datasets))}): a producer serves one "
+                     "loader's "
+                     "batches, so different datasets cannot share one")
+    if late and late_own:
+        notes.append(f"{len(producers)} producers: the late job has one of its own (a shared "
+                     "producer serves a late joiner from its next epoch only)")
+    elif late:
+        notes.append("the producer runs a second epoch for the late joiner")
+    return producers, ports, notes
+
+
 class TensorSocketSource:
     def __init__(self, spec):
         self.ts, self.spec = tensorsocket_compat(), spec
@@ -218,8 +279,29 @@ class TensorSocketSource:
         pass
 
 
+class WebDatasetSource(DataLoaderSource):
+    """webdataset's loader as its documentation runs it: shards shuffled (per DataLoader worker,
+    which reads every W-th shard), samples through a shuffle buffer, decoded with PIL, the same
+    torchvision pipeline; the sample key is the ImageFolder index. Iterated as DataLoaderSource."""
+
+    def __init__(self, spec):  # noqa: super().__init__ would build the per-job ImageFolder loader
+        import warnings
+        import torch
+        import webdataset as wds
+        from torch.utils.data import DataLoader
+        from torchvision import transforms
+        torch.manual_seed(spec["job"] + 1)
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        tf = imagenet_train_transform(transforms, CROP)
+        data = (wds.WebDataset(spec["wds_urls"], shardshuffle=WDS_SHARD_SHUFFLE)
+                .shuffle(WDS_SHUFFLE).decode("pil")
+                .map(lambda s: (tf(s["jpg"]), s["cls"], int(s["__key__"]))))
+        self.loader = DataLoader(data, batch_size=spec["batch"], num_workers=spec["workers"],
+                                 multiprocessing_context="fork")
+
+
 SOURCES = {"carpool": CarpoolSource, "dataloader": DataLoaderSource, "dali": DaliSource,
-           "tensorsocket": TensorSocketSource}
+           "tensorsocket": TensorSocketSource, "webdataset": WebDatasetSource}
 
 
 # ---------------------------------------------------------------- a job and a producer process
@@ -415,6 +497,93 @@ def spearman(a, b):
     return float(np.corrcoef(ra, rb)[0, 1]) if len(a) > 2 else 0.0
 
 
+def shard_layout(indices, shard_size):
+    """Where webdataset's shards put each sample: the dataset's ImageFolder indices in a fixed
+    shuffled order (seed 0; writers shuffle before sharding, or each shard would hold one class
+    here), cut into shards of shard_size. Returns {index: shard}."""
+    order = list(indices)
+    random.Random(0).shuffle(order)
+    return {i: k // shard_size for k, i in enumerate(order)}
+
+
+def write_shards(root, samples, indices, shard_size, key):
+    """The dataset's shards, written once with webdataset's ShardWriter next to the image folder
+    (ROOT-wdsSIZE/KEY/shard-NNNNNN.tar): in shard_layout's order, each sample's key its
+    ImageFolder index, .jpg the file's bytes, .cls its label. Returns the shard paths."""
+    import webdataset as wds
+    out = root.parent / f"{root.name}-wds{shard_size}" / key
+    done = out / "complete"
+    if not done.exists():
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        shard = shard_layout(indices, shard_size)
+        with wds.ShardWriter(str(out / "shard-%06d.tar"), maxcount=shard_size, verbose=0) as sink:
+            for i in sorted(shard, key=shard.get):  # shard order; within a shard, the layout's
+                path, label = samples[i]
+                sink.write({"__key__": f"{i:06d}", "jpg": pathlib.Path(path).read_bytes(),
+                            "cls": label})
+        done.write_text("")
+    return [str(x) for x in sorted(out.glob("shard-*.tar"))]
+
+
+def shard_mix(ids, shard_of, window=MIX_WINDOW):
+    """How well an order mixes webdataset's shards: the mean number of distinct shards among each
+    run of `window` consecutive deliveries, divided by its expectation for a uniform permutation,
+    sum over shards of 1 - C(n - size, window) / C(n, window). 1 = as mixed as a uniform shuffle;
+    webdataset draws each batch from one worker's shuffle buffer, filled from few shards."""
+    n = len(shard_of)
+    if len(ids) < window or n < window:
+        return None
+    sizes = {}
+    for s in shard_of.values():
+        sizes[s] = sizes.get(s, 0) + 1
+    expected = sum(1 - math.comb(n - z, window) / math.comb(n, window) for z in sizes.values())
+    runs = [ids[k:k + window] for k in range(0, len(ids) - window + 1, window)]
+    seen = sum(len({shard_of[i] for i in run if i in shard_of}) for run in runs) / len(runs)
+    return seen / expected
+
+
+def wds_order_model(n, shard_size, workers, batch, buffer=WDS_SHUFFLE, seed=1):
+    """webdataset's epoch order without images, through its own shuffle (filters._shuffle): the
+    shards dealt to DataLoader workers (shard k to worker k mod W), each worker's shards shuffled,
+    its samples through a `buffer`-sample shuffle buffer, the batches taken from the workers in
+    turn as the DataLoader does. Returns (shard mix of batch-long runs, share of the shards that
+    the first tenth of the epoch comes from, exactly once)."""
+    import itertools
+    from webdataset.filters import _shuffle
+    shards = [list(range(k, min(n, k + shard_size))) for k in range(0, n, shard_size)]
+    rng = random.Random(seed)
+    streams = []
+    for w in range(workers):
+        mine = shards[w::workers]
+        rng.shuffle(mine)
+        streams.append(_shuffle(iter(itertools.chain.from_iterable(mine)), bufsize=buffer,
+                                rng=random.Random(seed * 1000 + w)))
+    order, active = [], list(range(workers))
+    while active:
+        for w in list(active):
+            got = list(itertools.islice(streams[w], batch))
+            if not got:
+                active.remove(w)
+            order += got
+    shard_of = {i: i // shard_size for i in range(n)}
+    first = {shard_of[i] for i in order[:n // 10]}
+    return (shard_mix(order, shard_of, batch), len(first) / len(shards),
+            sorted(order) == list(range(n)))
+
+
+def wds_model_table():
+    """--wds-model: what webdataset's shuffles give, here and at a larger scale."""
+    lines = ["| samples | shard size | workers | batch | shard mix | shards in the first tenth "
+             "| exactly once |", "|---|---|---|---|---|---|---|"]
+    for n, size, workers, batch in ((2500, 50, 4, 64), (2500, 50, 1, 64), (128000, 1000, 8, 256),
+                                    (128000, 1000, 1, 256)):
+        mix, first, once = wds_order_model(n, size, workers, batch)
+        lines.append(f"| {n} | {size} | {workers} | {batch} | {mix:.2f} | {first:.2f} | "
+                     f"{'yes' if once else 'no'} |")
+    return "\n".join(lines)
+
+
 def epoch_check(epochs, expected):
     """'exact' when every epoch holds each expected id once; a partial last epoch (stopped at
     the time cap) is 'partial' if it repeats nothing; otherwise the repeats and misses."""
@@ -470,13 +639,20 @@ class Bench:
         import carpool  # the same generator as `carpool bench e2e`
         self.root = ensure_jpegs(a.data_dir, "bench-peers", a.count, carpool)
         from torchvision.datasets import ImageFolder
-        self.paths = [os.path.realpath(p) for p, _ in ImageFolder(str(self.root)).samples]
+        samples = ImageFolder(str(self.root)).samples
+        self.paths = [os.path.realpath(p) for p, _ in samples]
         s, third = len(self.paths), len(self.paths) // 3
         # Overlap: job 0 reads the first two thirds, job 1 the last two, so half of each job's
         # dataset is the other's.
         self.ranges = {"all": [(0, s)], "ov0": [(0, 2 * third)], "ov1": [(third, 3 * third)]}
         self.indices = {k: [i for lo, hi in r for i in range(lo, hi)]
                         for k, r in self.ranges.items()}
+        # webdataset's shards, and each sample's shard (the shard-mix check of every config)
+        self.shard_of = {k: shard_layout(ix, a.wds_shard_size) for k, ix in self.indices.items()}
+        self.shards = ({k: write_shards(self.root, samples, ix, a.wds_shard_size, k)
+                        for k, ix in self.indices.items()}
+                       if "webdataset" in a.configs and "webdataset" not in self.report["skipped"]
+                       else {})
 
     def register(self, state_dir):
         """Registers `all`, and ov0/ov1 as contiguous --ids ranges of it (`carpool dataset add
@@ -503,35 +679,16 @@ class Bench:
                 "indices": self.indices[job.dataset], "paths": self.paths, "root": str(self.root),
                 "workers": job_workers(a.workers, n_jobs, job_index),
                 "planned": a.epochs * len(self.indices[job.dataset]),
-                "socket": None, "catalog_to_index": None, "ts_port": TS_PORTS}
+                "socket": None, "catalog_to_index": None, "ts_port": TS_PORTS,
+                "wds_urls": self.shards.get(job.dataset)}
 
     def tensorsocket_plan(self, name, specs):
-        """Producers for TensorSocket: one per dataset (it serves one loader's batches to all its
-        consumers), all producers' workers adding up to W. A late joiner needs the producer to run
-        a second epoch (it is served from the next epoch start, see docs/peers.md)."""
-        # On the CPU each message pickles the whole collated storage by value, so the producer
-        # sends as few loader batches at once as the largest consumer batch allows (its
-        # documented producer_batch_size; the default 8 was 8x slower here). 1 crashes in
-        # 0.0.5 (IndexError in collate once a consumer's next batch has left the buffer).
-        datasets = sorted({s["dataset"] for s in specs})
-        helpers, note = [], []
-        for k, ds in enumerate(datasets):
-            first = next(s for s in specs if s["dataset"] == ds)
-            h = dict(first, job=-(k + 1), workers=job_workers(self.args.workers, len(datasets), k),
-                     batch=min(s["batch"] for s in specs), ts_port=TS_PORTS + 4 * k,
-                     producer_batch=max(2, max(s["batch"] for s in specs) // min(
-                         s["batch"] for s in specs)),
-                     epochs=self.args.epochs + (1 if name == "late" else 0))
-            helpers.append(h)
-            for s in specs:
-                if s["dataset"] == ds:
-                    s["ts_port"] = h["ts_port"]
-        if len(datasets) > 1:
-            note.append(f"one producer per dataset ({len(datasets)}): a producer serves one "
-                        "loader's batches, so different datasets cannot share one")
-        if name == "late":
-            note.append("the producer runs a second epoch for the late joiner")
-        return helpers, note
+        helpers, ports, notes = tensorsocket_producers(
+            [s["dataset"] for s in specs], [s["batch"] for s in specs], self.args.workers,
+            self.args.epochs, late=[i for i, s in enumerate(specs) if s["late"]])
+        for s, port in zip(specs, ports):
+            s["ts_port"] = port
+        return [dict(specs[h["jobs"][0]], **h) for h in helpers], notes
 
     # -- one configuration of one scenario
     def run_config(self, name, config, jobs):
@@ -577,7 +734,9 @@ class Bench:
                          "seconds": secs, "samples_per_s": r["images"] / secs if secs else 0,
                          "start_offset_s": r["start"] - start, "first_batch_s": r["first_batch_s"],
                          "epochs": r.get("stalled") or epoch_check(r["epochs"], expected),
-                         "order_z": order_z(r["epochs"][0], expected) if r["epochs"] else None})
+                         "order_z": order_z(r["epochs"][0], expected) if r["epochs"] else None,
+                         "shard_mix": (shard_mix(r["epochs"][0], self.shard_of[s["dataset"]])
+                                       if r["epochs"] else None)})
         rho, same_pixels = pair_checks(results) if len(results) > 1 else (None, False)
         out = {"samples_per_s": images / (end - start), "images": images, "wall_s": end - start,
                "cpu_s": cpu_s, "cpu_ms_per_sample": 1e3 * cpu_s / images if images else None,
@@ -639,6 +798,7 @@ class Bench:
 def available(configs):
     """{config: why it cannot run} for each configuration whose packages are missing."""
     checks = {"carpool": check_carpool, "dataloader": lambda: __import__("torchvision"),
+              "webdataset": lambda: __import__("webdataset"),
               "dali": lambda: __import__("nvidia.dali.fn"),
               "tensorsocket": tensorsocket_compat}
     missing = {}
@@ -717,13 +877,13 @@ def summary_table(r):
 
 def detail_table(r):
     lines = ["| scenario | config | per-job samples/s | CPU ms/sample | epochs (per job) | "
-             "order z vs listing | order ρ between jobs | same pixels across jobs | notes |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "order z vs listing | shard mix | order ρ between jobs | same pixels across jobs | "
+             "notes |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in r["scenarios"].items():
         for config, x in s["results"].items():
             if "jobs" not in x:
                 lines.append(f"| {name} | {config} | {x.get('error') or x.get('skipped')} "
-                             "| | | | | | |")
+                             "| | | | | | | |")
                 continue
             jobs = x["jobs"]
             lines.append(
@@ -731,6 +891,7 @@ def detail_table(r):
                 f"{fmt(x['cpu_ms_per_sample'], '.1f')} | "
                 f"{' / '.join(j['epochs'] for j in jobs)} | "
                 f"{' / '.join(fmt(j['order_z'], '.1f') for j in jobs)} | "
+                f"{' / '.join(fmt(j.get('shard_mix'), '.2f') for j in jobs)} | "
                 f"{fmt(x['order_rho_max'], '.2f')} | {'yes' if x['same_pixels'] else 'no'} | "
                 f"{'; '.join(x['notes'])} |")
     return lines
@@ -753,14 +914,22 @@ def parser():
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--max-seconds", type=float, help="per scenario and configuration (60)")
     ap.add_argument("--cache-size", default="2GiB", help="carpool server cache")
+    ap.add_argument("--wds-shard-size", type=int, default=50,
+                    help="webdataset: samples per tar shard (default 50: 50 shards of 2500)")
     ap.add_argument("--json-out")
     ap.add_argument("--md-out")
     ap.add_argument("--quick", action="store_true", help="600 images, 20 s cap: a smoke test")
+    ap.add_argument("--wds-model", action="store_true",
+                    help="print webdataset's order model (wds_order_model: shard mix, shards in "
+                         "the first tenth, exactly once) for a few sizes, and exit")
     return ap
 
 
 def main():
     args = parser().parse_args()
+    if args.wds_model:
+        print(wds_model_table())
+        return
     # TensorSocket sends 8 loader batches at a time and drops an epoch's rest: 600 images give
     # it one send of 512 (300 would give it none).
     quick = {"count": 600, "max_seconds": 20.0}
