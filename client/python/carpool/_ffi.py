@@ -54,6 +54,8 @@ class JobOptions(ctypes.Structure):
         ("world_size", ctypes.c_uint32),
         ("node", ctypes.c_uint32),
         ("nodes", ctypes.c_uint32),
+        ("resume", ctypes.c_void_p),
+        ("resume_bytes", ctypes.c_size_t),
     ]
 
 
@@ -68,6 +70,8 @@ class JobInfo(ctypes.Structure):
         ("dtype", ctypes.c_int32),
         ("layout", ctypes.c_int32),
         ("device", ctypes.c_int32),
+        ("start_epoch", ctypes.c_uint32),
+        ("start_batch", ctypes.c_uint64),
     ]
 
 
@@ -117,6 +121,8 @@ def _declare(lib):
         "carpool_batch_device": (c.c_int32, [vp]),
         "carpool_batch_device_labels": (vp, [vp]),
         "carpool_string_free": (None, [vp]),
+        "carpool_job_position": (c.c_int32, [vp, c.c_int32, c.POINTER(vp), c.POINTER(c.c_size_t)]),
+        "carpool_position_describe": (c.c_int32, [c.c_char_p, c.c_size_t, c.POINTER(vp)]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)  # AttributeError names a symbol an old libcarpool.so lacks
@@ -161,6 +167,16 @@ def check(status):
         msg = lib().carpool_last_error()
         raise CarpoolError(msg.decode("utf-8", "replace") if msg else f"carpool error {status}",
                            status)
+
+
+def take_bytes(ptr, n):
+    """Copies and frees a binary buffer returned through char** and size_t* out parameters."""
+    if not ptr.value:
+        return b""
+    try:
+        return ctypes.string_at(ptr.value, n)
+    finally:
+        lib().carpool_string_free(ptr)
 
 
 def take_string(ptr):

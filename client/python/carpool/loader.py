@@ -237,6 +237,23 @@ def _parse_device(device):
     raise CarpoolError(f'device "{device}" is not "cpu" or "cuda:N"', 1)
 
 
+def _position_bytes(state):
+    """The position bytes of a state_dict() (or the bytes themselves)."""
+    if isinstance(state, (bytes, bytearray)):
+        return bytes(state)
+    if isinstance(state, dict) and isinstance(state.get("carpool_position"), (bytes, bytearray)):
+        return bytes(state["carpool_position"])
+    raise CarpoolError(f"a loader state is the dict from Loader.state_dict() (with its "
+                       f"\"carpool_position\" bytes), not {type(state).__name__}", 1)
+
+
+def describe_position(data):
+    """The fields of position bytes (Loader.state_dict()["carpool_position"]) as a dict."""
+    out = ctypes.c_void_p()
+    _ffi.check(_ffi.lib().carpool_position_describe(data, len(data), ctypes.byref(out)))
+    return json.loads(_ffi.take_string(out))
+
+
 class Loader:
     """A training job on the local carpool server.
 
@@ -285,7 +302,7 @@ class Loader:
     def __init__(self, dataset, batch_size=32, epochs=1, transform="", device=None,
                  drop_last=False, socket=None, state_dir=None, seed=0, prefetch=4,
                  timeout=10.0, as_numpy=None, rank=None, world_size=None, job_key=None,
-                 node=None, nodes=None):
+                 node=None, nodes=None, state=None):
         rank, world_size, job_key, node, nodes = _ddp_identity(dataset, rank, world_size, job_key,
                                                                node, nodes)
         if device is None:
@@ -321,19 +338,9 @@ class Loader:
             silence_timeout_ms=max(1, int(timeout * 1000)),
             job_key=(job_key or "").encode(), rank=rank, world_size=world_size, node=node,
             nodes=nodes)
-        job = ctypes.c_void_p()
-        try:
-            _ffi.check(self._lib.carpool_job_create(self._client.handle, ctypes.byref(opts),
-                                                    ctypes.byref(job)))
-        except CarpoolError:
-            self._client.close()
-            raise
-        self._job = job
-        info = _ffi.JobInfo()
-        _ffi.check(self._lib.carpool_job_info_get(job, ctypes.byref(info)))
-        if info.dtype not in _NP_DTYPES:
-            self.close()
-            raise CarpoolError(f"server sent dtype {info.dtype}; this package knows 1..3", 9)
+        self._opts = opts
+        self._create_job(_position_bytes(state) if state is not None else None)
+        info = self._info
         self.dataset = str(dataset)
         self.batch_size = int(batch_size)
         self.rank, self.world_size, self.job_key = rank, world_size, job_key
@@ -350,7 +357,9 @@ class Loader:
             _LIVE_GPU_LOADERS.add(self)
         self._np_dtype = _NP_DTYPES[info.dtype]
         self._batches_per_epoch = info.batches_per_epoch
-        self.epoch = 0  # the epoch the next pass delivers (then: of the current batch)
+        # The epoch the next pass delivers (then: of the current batch); a resumed job's may be
+        # past 0.
+        self.epoch = info.start_epoch
         self.batch_index = -1
         self.ids = np.empty(0, dtype=np.uint32)
         self.skipped = 0
@@ -471,6 +480,62 @@ class Loader:
         labels = torch.as_tensor(_CudaArray(batch, labels_address, (n,), "<i8"),
                                  device=self._torch_device)
         return images, labels
+
+    def _create_job(self, resume):
+        """Creates the server job from self._opts, resuming from position bytes when given."""
+        opts = self._opts
+        buf = ctypes.create_string_buffer(resume, len(resume)) if resume else None
+        opts.resume = ctypes.cast(buf, ctypes.c_void_p) if buf is not None else None
+        opts.resume_bytes = len(resume) if resume else 0
+        job = ctypes.c_void_p()
+        try:
+            _ffi.check(self._lib.carpool_job_create(self._client.handle, ctypes.byref(opts),
+                                                    ctypes.byref(job)))
+        except CarpoolError:
+            self._client.close()
+            raise
+        finally:
+            opts.resume, opts.resume_bytes = None, 0
+        self._job = job
+        info = _ffi.JobInfo()
+        _ffi.check(self._lib.carpool_job_info_get(job, ctypes.byref(info)))
+        if info.dtype not in _NP_DTYPES:
+            self.close()
+            raise CarpoolError(f"server sent dtype {info.dtype}; this package knows 1..3", 9)
+        self._info = info
+
+    def state_dict(self):
+        """The job's position, for a training checkpoint: the epoch in progress and the samples
+        of it in every batch handed out so far (the current one included). A new Loader given it
+        (Loader(..., state=sd), or load_state_dict(sd) before its first batch) receives exactly
+        the rest of that epoch, in a new uniform order, then its remaining epochs; on the same
+        server or a restarted one. A dict of plain values (torch.save/pickle/json-friendly but
+        for the bytes): "carpool_position" (bytes), and dataset, epochs, epoch, batches, samples,
+        taken for reading. docs/python.md, "Checkpoints"."""
+        if self._job is None:
+            raise CarpoolError(f"loader for job {self.job_id} is closed", 6)
+        out, n = ctypes.c_void_p(), ctypes.c_size_t()
+        # A batch of the next epoch fetched to end a pass is not handed out yet: leave it out.
+        _ffi.check(self._lib.carpool_job_position(self._job, 1 if self._pending is not None else 0,
+                                                  ctypes.byref(out), ctypes.byref(n)))
+        data = _ffi.take_bytes(out, n.value)
+        return {"carpool_position": data, **describe_position(data)}
+
+    def load_state_dict(self, state):
+        """Moves this loader to a checkpoint's position (from state_dict()). Call it before the
+        first batch: the server job is created again from the position."""
+        resume = _position_bytes(state)
+        if self._job is None:
+            raise CarpoolError(f"loader for job {self.job_id} is closed", 6)
+        if self._current is not None or self._pending is not None or self._finished or \
+                self.batch_index != -1:
+            raise CarpoolError("load_state_dict() must come before the loader's first batch; "
+                               "create a new Loader(..., state=...) instead", 9)
+        self._lib.carpool_job_free(self._job)
+        self._job = None
+        self._create_job(resume)
+        self.job_id = self._info.job_id
+        self.epoch = self._info.start_epoch
 
     def stats(self):
         """This job's statistics from the server, as a dict (deliveries, rate, queue_depth...)."""
