@@ -310,16 +310,32 @@ Result<Engine::ResumePoint> Engine::ResumeFrom(const protocol::CreateJob& reques
 }
 
 Status Engine::Release(uint64_t job_id, uint32_t slot, uint64_t generation) {
-  Status released;
+  // Queued for the coordinator: the io thread never waits for the engine's lock, which a join
+  // of a large dataset holds for a while (Scheduler::AddJob counts a reference per sample).
   {
-    MutexLock lock(mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) return Status::NotFound(fmt::format("job {} is gone", job_id));
-    released = it->second->pool->Release(slot, generation);
-    woken_ = true;
+    MutexLock lock(releases_mu_);
+    releases_.push_back({job_id, slot, generation});
   }
+  releases_pending_.store(true, std::memory_order_release);
   wake_.notify_one();
-  return released;
+  return Status::OK();
+}
+
+void Engine::ApplyReleases() {
+  if (!releases_pending_.exchange(false, std::memory_order_acq_rel)) return;
+  std::vector<PendingRelease> batch;
+  {
+    MutexLock lock(releases_mu_);
+    batch.swap(releases_);
+  }
+  for (const PendingRelease& r : batch) {
+    auto it = jobs_.find(r.job_id);
+    if (it == jobs_.end()) continue;  // removed since: its slots went with it
+    Status released = it->second->pool->Release(r.slot, r.generation);
+    if (!released.ok()) {
+      log::Error("job {}: release of slot {} failed: {}", r.job_id, r.slot, released.ToString());
+    }
+  }
 }
 
 void Engine::RemoveJob(uint64_t job_id) {
@@ -401,12 +417,15 @@ void Engine::CoordinatorLoop() {
     Step();
     coordinator_seconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    mu_.WaitFor(wake_, options_.tick, [this]() REQUIRES(mu_) { return woken_ || stop_; });
+    mu_.WaitFor(wake_, options_.tick, [this]() REQUIRES(mu_) {
+      return woken_ || stop_ || releases_pending_.load(std::memory_order_acquire);
+    });
     woken_ = false;
   }
 }
 
 void Engine::Step() {
+  ApplyReleases();
   std::vector<Assignment> decided;
   scheduler_->Tick(Now(), &decided);
   if (options_.cache_bytes > 0) {

@@ -76,6 +76,8 @@ class Engine : public JobService {
 
   Result<protocol::JobInfo> CreateJob(const protocol::CreateJob& request,
                                       std::shared_ptr<JobSink> sink) override;
+  // Queues the release for the coordinator (never takes the engine's lock): OK at once; a
+  // failure there is logged. O(1).
   Status Release(uint64_t job_id, uint32_t slot, uint64_t generation) override;
   void RemoveJob(uint64_t job_id) override;
   std::string Stats(uint64_t job_id) override;
@@ -132,6 +134,7 @@ class Engine : public JobService {
   void CoordinatorLoop();
   // One coordinator pass: rounds, preparation requests, batches, ends of data.
   void Step() REQUIRES(mu_);
+  void ApplyReleases() REQUIRES(mu_);  // the releases queued by Release
   void FeedPreparation() REQUIRES(mu_);
   void StartPreparation(uint32_t sample) REQUIRES(mu_);  // REQUIRES: the sample not Ready()
   void TryBuildBatch(Job& job) REQUIRES(mu_);
@@ -192,6 +195,14 @@ class Engine : public JobService {
   std::condition_variable wake_;       // the coordinator waits on it
   std::condition_variable assembled_;  // RemoveJob waits on it for the job's batch in flight
   bool woken_ GUARDED_BY(mu_) = false;
+  struct PendingRelease {
+    uint64_t job_id;
+    uint32_t slot;
+    uint64_t generation;
+  };
+  Mutex releases_mu_;  // a leaf: nothing else is taken under it
+  std::vector<PendingRelease> releases_ GUARDED_BY(releases_mu_);
+  std::atomic<bool> releases_pending_{false};
   bool stop_ GUARDED_BY(mu_) = false;
   RefSink refs_;
   std::unique_ptr<Scheduler> scheduler_ GUARDED_BY(mu_);

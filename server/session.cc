@@ -28,6 +28,10 @@ void Session::ArmLeaseTimer() {
   lease_timer_.async_wait([self = shared_from_this(), lease](const boost::system::error_code& ec) {
     if (ec || self->closed_) return;
     if (self->creating_) self->last_heard_ = Clock::now();  // the client awaits our reply
+    // Bytes waiting unread: the client spoke and this thread was late to read it (a loaded
+    // machine), so the client is not silent.
+    boost::system::error_code unread_ec;
+    if (self->socket_.available(unread_ec) > 0 && !unread_ec) self->last_heard_ = Clock::now();
     auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
                                                                         self->last_heard_);
     if (silent > lease) {
@@ -99,7 +103,14 @@ void Session::Dispatch(protocol::Message message) {
                                      "(server-wide) or this connection's job",
                                      stats->job_id)});
     }
-    return Reply(StatsReply{plane_.service().Stats(stats->job_id)});
+    // Off the io thread: the engine's lock may be held by a join for a while.
+    plane_.RunOffIo([self = shared_from_this(), id = stats->job_id] {
+      std::string json = self->plane_.service().Stats(id);
+      asio::post(self->socket_.get_executor(), [self, json = std::move(json)] {
+        if (!self->closed_) self->Reply(StatsReply{json});
+      });
+    });
+    return;
   }
   if (std::holds_alternative<Bye>(message)) return Close("bye");
   Reject(Status::InvalidArgument(
@@ -156,7 +167,7 @@ void Session::FinishCreateJob(const protocol::CreateJob& r, Result<protocol::Job
   }
   if (closed_) {  // the client left while its job was being created
     log::Info("job {} removed: its client left while it was created", info->job_id);
-    plane_.service().RemoveJob(info->job_id);
+    plane_.RunOffIo([&service = plane_.service(), id = info->job_id] { service.RemoveJob(id); });
     plane_.RemovedJob();
     held_.clear();
     return;
@@ -258,7 +269,8 @@ void Session::Close(const std::string& reason) {
   outbox_bytes_ = 0;
   if (job_id_) {
     log::Info("job {} removed: {}", *job_id_, reason);
-    plane_.service().RemoveJob(*job_id_);
+    // Off the io thread: RemoveJob takes the engine's lock and waits for a batch in flight.
+    plane_.RunOffIo([&service = plane_.service(), id = *job_id_] { service.RemoveJob(id); });
     plane_.RemovedJob();
     job_id_.reset();
   } else {

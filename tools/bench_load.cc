@@ -224,8 +224,11 @@ int Load(int argc, char** argv) {
                 sd, "-q"}, "add-s")) {
     return 1;
   }
-  std::vector<std::string> server_argv = {*self, "server", "--state-dir", sd, "--lease", "2s",
-                                          "--cache-size", o.cache_size};
+  // Room above --jobs: a job that just exited may still hold its place until the server has
+  // handled its connection's close.
+  std::vector<std::string> server_argv = {*self,          "server",     "--state-dir", sd,
+                                          "--lease",      "2s",         "--cache-size",
+                                          o.cache_size,   "--max-jobs", std::to_string(o.jobs + 16)};
   if (o.workers > 0) {
     server_argv.insert(server_argv.end(), {"--workers", std::to_string(o.workers)});
   }

@@ -138,7 +138,7 @@ void InstallCrashReport() {
 int Serve(int argc, char** argv) {
   std::string state_dir, socket, cache_size = "1GiB", policy = "refcnt", lease = "2s";
   std::string gpus = "all", gpu_cache_size = "2GiB", metrics, rank_join_timeout = "60s", group;
-  uint32_t workers = 0;
+  uint32_t workers = 0, max_jobs = ControlPlaneOptions{}.max_jobs;
   uint64_t lookahead = kDefaultLookahead, seed = 1, partition_seed = kDefaultPartitionSeed;
   po::options_description opts;
   opts.add_options()("help,h", "show this help")(
@@ -155,6 +155,9 @@ int Serve(int argc, char** argv) {
       "policy", po::value(&policy), "eviction policy: refcnt | next-use | lru (default refcnt)")(
       "seed", po::value(&seed), "the sampling tree's seed (default 1)")(
       "lease", po::value(&lease), "remove a job silent this long, e.g. 2s or 500ms (default 2s)")(
+      "max-jobs", po::value(&max_jobs),
+      "jobs at once (each holds a connection and a batch segment); more are refused with a "
+      "retry message (default 64)")(
       "gpus", po::value(&gpus),
       "CUDA devices to build GPU jobs' batches on: all | none | 0,2,... (default all: every GPU "
       "found, none without one)")(
@@ -246,6 +249,11 @@ int Serve(int argc, char** argv) {
   co.instance = eo.instance;
   co.lease = *lease_ms;
   co.access = eo.access;
+  if (max_jobs == 0) {
+    fmt::print(stderr, "carpool server: --max-jobs 0 admits no job; use 1 or more (default 64)\n");
+    return 1;
+  }
+  co.max_jobs = max_jobs;
   // Bound but not yet accepting: batch segments of this instance can only be a crashed server's.
   co.before_accepting = [instance = eo.instance] {
     if (int removed = BatchPool::RemoveStaleSegments(instance); removed > 0) {
