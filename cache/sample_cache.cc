@@ -203,6 +203,11 @@ bool SampleCache::AddRef(uint32_t sample, int64_t delta) {
   return index_.AddRef(sample, delta);
 }
 
+void SampleCache::AddRefs(std::span<const uint32_t> samples, int64_t delta) {
+  MutexLock lock(mu_);
+  for (uint32_t sample : samples) (void)index_.AddRef(sample, delta);
+}
+
 void SampleCache::SetRefCount(uint32_t sample, uint32_t count) {
   MutexLock lock(mu_);
   index_.SetRefCount(sample, count);

@@ -86,6 +86,8 @@ class SampleCache {
 
   // Reference counts, kept for cached and uncached samples (CacheIndex::AddRef).
   bool AddRef(uint32_t sample, int64_t delta);
+  // AddRef for each of `samples` under one lock. O(n) for uncached samples, O(n log n) cached.
+  void AddRefs(std::span<const uint32_t> samples, int64_t delta);
   void SetRefCount(uint32_t sample, uint32_t count);
   uint32_t RefCount(uint32_t sample) const;
 

@@ -24,6 +24,14 @@ void Engine::RefSink::AddRef(SampleId sample, int64_t delta) {
   if (cache != nullptr) (void)cache->AddRef(sample, delta);
 }
 
+void Engine::RefSink::AddRefAll(const Roaring& set, int64_t delta) {
+  total += delta * static_cast<int64_t>(set.cardinality());
+  if (cache == nullptr) return;
+  std::vector<uint32_t> ids(set.cardinality());
+  set.toUint32Array(ids.data());
+  cache->AddRefs(ids, delta);
+}
+
 Engine::Engine(const EngineOptions& options, const Catalog* catalog)
     : options_(options), catalog_(catalog), start_(std::chrono::steady_clock::now()) {}
 
@@ -118,12 +126,14 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
                : fmt::format("batch size {}", request.batch_size),
         global_batch, options_.lookahead, global_batch));
   }
+  const double began = Now();
   Result<DatasetSamples> dataset = Status::Internal("not loaded");
   {
     MutexLock lock(catalog_mu_);
     dataset = LoadDatasetSamples(*catalog_, request.dataset, reader_);
   }
   if (!dataset.ok()) return dataset.status();
+  const double loaded = Now();
   Result<ImageShape> image = TransformedShape(*transform, dataset->prepared_shape);
   if (!image.ok()) {
     const PreparedShape& p = dataset->prepared_shape;
@@ -233,6 +243,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     const uint64_t prefetch_samples =
         std::min<uint64_t>(options_.lookahead, uint64_t{request.prefetch + 1} * request.batch_size);
     job->created = Now();
+    const double locked = job->created;
     if (Status added = samples_.Add(*dataset); !added.ok()) return added;
     job->table_ids = std::move(table_ids);
     Status joined;
@@ -248,9 +259,11 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
       ForgetUnused(samples_.Release(job->table_ids));
       return joined;
     }
-    log::Info("job {}: dataset \"{}\" ({} samples), batch {}, {} epoch(s), transform \"{}\", {}{}",
+    log::Info("job {}: dataset \"{}\" ({} samples), batch {}, {} epoch(s), transform \"{}\", {}, "
+              "joined in {:.3f} s (records {:.3f} s, engine lock {:.3f} s){}",
               job->id, request.dataset, job->dataset_size, request.batch_size, request.epochs,
               transform->ToString(), job->gpu ? fmt::format("cuda:{}", *device) : "cpu",
+              Now() - began, loaded - began, Now() - locked,
               ranked ? fmt::format(", rank {} of {} of job \"{}\" (node {} of {})", request.rank,
                                    request.world_size, request.job_key, request.node,
                                    request.nodes)

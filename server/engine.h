@@ -112,6 +112,7 @@ class Engine : public JobService {
   class RefSink : public RefCountSink {
    public:
     void AddRef(SampleId sample, int64_t delta) override;
+    void AddRefAll(const Roaring& set, int64_t delta) override;  // one cache lock for the set
     cache::SampleCache* cache = nullptr;
     int64_t total = 0;  // GUARDED_BY(Engine::mu_): the scheduler only runs under it
   };

@@ -58,8 +58,7 @@ void Scheduler::Report(SampleId sample, int64_t delta) const {
 }
 
 void Scheduler::ReportAll(const Roaring& set, int64_t delta) const {
-  if (sink_ == nullptr) return;
-  for (uint32_t s : set) sink_->AddRef(s, delta);
+  if (sink_ != nullptr) sink_->AddRefAll(set, delta);
 }
 
 Status Scheduler::SetRefCountSink(RefCountSink* sink) {

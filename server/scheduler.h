@@ -42,6 +42,11 @@ class RefCountSink {
  public:
   virtual ~RefCountSink() = default;
   virtual void AddRef(SampleId sample, int64_t delta) = 0;
+  // The same change for every sample of `set` (a job joining, an epoch starting): one call, so a
+  // sink can take its lock once. Default: AddRef per sample.
+  virtual void AddRefAll(const Roaring& set, int64_t delta) {
+    for (uint32_t s : set) AddRef(s, delta);
+  }
 };
 
 // Forwards reference counts to anything with `AddRef(uint32_t, int64_t)`: cache::CacheIndex (the
