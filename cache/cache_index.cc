@@ -103,6 +103,24 @@ bool CacheIndex::AddRef(uint32_t sample, int64_t delta) {
   return ok;
 }
 
+void CacheIndex::AddRefs(std::span<const uint32_t> samples, int64_t delta) {
+  if (options_.policy == EvictionPolicy::kLru || samples.size() < order_.size() / 8 + 64) {
+    for (uint32_t sample : samples) (void)AddRef(sample, delta);
+    return;
+  }
+  for (uint32_t sample : samples) {
+    Grow(sample);
+    const int64_t want = static_cast<int64_t>(refcount_[sample]) + delta;
+    refcount_[sample] = static_cast<uint32_t>(
+        std::clamp<int64_t>(want, 0, std::numeric_limits<uint32_t>::max()));
+  }
+  std::vector<Key> keys;
+  keys.reserve(order_.size());
+  for (const Key& k : order_) keys.push_back(KeyOf(k.node));
+  std::sort(keys.begin(), keys.end());
+  order_ = std::set<Key>(keys.begin(), keys.end());  // sorted input: linear
+}
+
 void CacheIndex::SetRefCount(uint32_t sample, uint32_t count) {
   Grow(sample);
   int32_t node = node_of_[sample];

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <set>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -78,6 +79,10 @@ class CacheIndex {
   // Reference counts are kept for every sample id, cached or not (a flat vector grown on demand).
   // A count never goes below zero: a negative delta that would is clamped and returns false.
   bool AddRef(uint32_t sample, int64_t delta);
+  // AddRef for each of `samples` (counts clamped as AddRef does). When many tracked entries
+  // change, the eviction order is rebuilt once (a sort) instead of re-keyed entry by entry: a job
+  // joining a cached 1.28M-sample dataset took seconds of tree updates under the engine's lock.
+  void AddRefs(std::span<const uint32_t> samples, int64_t delta);
   void SetRefCount(uint32_t sample, uint32_t count);
   uint32_t RefCount(uint32_t sample) const;
 

@@ -205,7 +205,7 @@ bool SampleCache::AddRef(uint32_t sample, int64_t delta) {
 
 void SampleCache::AddRefs(std::span<const uint32_t> samples, int64_t delta) {
   MutexLock lock(mu_);
-  for (uint32_t sample : samples) (void)index_.AddRef(sample, delta);
+  index_.AddRefs(samples, delta);
 }
 
 void SampleCache::SetRefCount(uint32_t sample, uint32_t count) {

@@ -488,12 +488,18 @@ void Engine::ForgetIfUnused(uint32_t sample) {
 }
 
 void Engine::SweepCachedOrphans() {
-  // The cache evicts without telling us; look again now and then (O(orphans), all in the cache).
-  const double now = Now();
-  if (cached_orphans_.empty() || now < next_orphan_sweep_) return;
-  next_orphan_sweep_ = now + kOrphanSweepSeconds;
-  std::vector<uint32_t> orphans(cached_orphans_.begin(), cached_orphans_.end());
-  for (uint32_t sample : orphans) {
+  // The cache evicts without telling us: look at every orphan again every kOrphanSweepSeconds,
+  // at most kOrphanSweepSlice per pass, so a cache of a million orphans never stalls a pass.
+  if (orphan_scan_.empty()) {
+    const double now = Now();
+    if (cached_orphans_.empty() || now < next_orphan_sweep_) return;
+    next_orphan_sweep_ = now + kOrphanSweepSeconds;
+    orphan_scan_.assign(cached_orphans_.begin(), cached_orphans_.end());
+  }
+  for (size_t n = 0; n < kOrphanSweepSlice && !orphan_scan_.empty(); ++n) {
+    const uint32_t sample = orphan_scan_.back();
+    orphan_scan_.pop_back();
+    if (cached_orphans_.count(sample) == 0) continue;  // forgotten or used since
     if (samples_.Find(sample) != nullptr) {
       cached_orphans_.erase(sample);  // used again: no orphan
     } else if (!cache_->Holds(sample)) {

@@ -151,8 +151,10 @@ class Engine : public JobService {
   // O(released samples).
   void ForgetUnused(const ReleasedSamples& released) REQUIRES(mu_);
   void ForgetIfUnused(uint32_t sample) REQUIRES(mu_);
-  void SweepCachedOrphans() REQUIRES(mu_);  // every kOrphanSweepSeconds; O(orphans)
+  // Every kOrphanSweepSeconds, each orphan once; O(kOrphanSweepSlice) per coordinator pass.
+  void SweepCachedOrphans() REQUIRES(mu_);
   static constexpr double kOrphanSweepSeconds = 10;
+  static constexpr size_t kOrphanSweepSlice = 4096;
   static constexpr size_t kTrimAfterSamples = 10000;  // released at once: return the heap (RemoveJob)
 
   // Data-parallel jobs (engine_groups.cc). All REQUIRE mu_.
@@ -219,6 +221,7 @@ class Engine : public JobService {
   // Samples no job uses whose state stays while the cache holds them (ForgetIfUnused).
   std::unordered_set<uint32_t> cached_orphans_ GUARDED_BY(mu_);
   double next_orphan_sweep_ GUARDED_BY(mu_) = 0;
+  std::vector<uint32_t> orphan_scan_ GUARDED_BY(mu_);  // the sweep in progress
   size_t prep_outstanding_ GUARDED_BY(mu_) = 0;
   // Counters.
   uint64_t preparations_ GUARDED_BY(mu_) = 0;
