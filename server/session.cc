@@ -35,8 +35,16 @@ void Session::ArmLeaseTimer() {
     auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
                                                                         self->last_heard_);
     if (silent > lease) {
-      self->Close(fmt::format("lease expired: no frame for {} ms (lease {} ms)", silent.count(),
-                              lease.count()));
+      // Look again after the handlers already queued: a frame the reactor has read may be
+      // waiting behind this timer in a late io thread.
+      asio::post(self->socket_.get_executor(), [self, lease] {
+        if (self->closed_) return;
+        auto again = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
+                                                                           self->last_heard_);
+        if (again <= lease || self->creating_) return self->ArmLeaseTimer();
+        self->Close(fmt::format("lease expired: no frame for {} ms (lease {} ms)", again.count(),
+                                lease.count()));
+      });
       return;
     }
     self->ArmLeaseTimer();
