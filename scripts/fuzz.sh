@@ -26,7 +26,8 @@ trap 'rm -rf "$work"' EXIT
 mkdir "$work/seeds" "$work/corpus"
 
 # The generated seeds must match the checked-in ones; otherwise the wire format changed and every
-# seed would be rejected at the header. Other files in the corpus (regress-*) are kept inputs.
+# seed would be rejected at the header. Other files there (an input kept from a finding) are not
+# checked.
 "$BUILD_DIR/protocol/carpool_fuzz_seed_gen" "$work/seeds"
 for seed in "$work/seeds"/*; do
   if ! cmp -s "$seed" "protocol/fuzz_corpus/$(basename "$seed")"; then
@@ -54,8 +55,11 @@ if [ -n "${FUZZ_CORPUS_OUT:-}" ]; then
 fi
 findings=$(find "$artifacts" -type f)
 if [ "$rc" -ne 0 ] || [ -n "$findings" ]; then
-  echo "fuzz: FAILED (fuzzer exit $rc); input(s):" >&2
-  for f in $findings; do echo "  $f   reproduce: $FUZZER $f" >&2; done
+  echo "fuzz: FAILED (fuzzer exit $rc)" >&2
+  if [ -z "$findings" ]; then echo "fuzz: it wrote no input; see its output above" >&2; fi
+  while IFS= read -r f; do
+    [ -n "$f" ] && echo "fuzz: input $f (reproduce: $FUZZER $f)" >&2
+  done <<<"$findings"
   exit 1
 fi
 rmdir "$artifacts"
