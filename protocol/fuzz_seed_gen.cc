@@ -11,13 +11,20 @@
 namespace carpool::protocol {
 namespace {
 
-// Seeds that reach every branch a valid frame can take: CPU and GPU jobs and batches, a job of
-// its own and a data-parallel rank. Values are small and distinct so a mutation is easy to read.
+// One seed per shape a valid frame can take: CPU and GPU jobs and batches, a job of its own and
+// a data-parallel rank. Values are small and distinct, so that a mutated field is easy to spot.
 std::vector<std::pair<std::string, Message>> Seeds() {
-  const JobInfo cpu_job{.job_id = 7, .dataset_size = 1000, .batches_per_epoch = 32,
-                        .batch_size = 32, .epochs = 2, .sample_shape = {28, 28, 1},
-                        .dtype = DType::kUint8, .layout = Layout::kNHWC,
-                        .segment_name = "/carpool-seed-7", .slot_count = 2, .slot_bytes = 4096};
+  const JobInfo cpu_job{.job_id = 7,
+                        .dataset_size = 1000,
+                        .batches_per_epoch = 32,
+                        .batch_size = 32,
+                        .epochs = 2,
+                        .sample_shape = {28, 28, 1},
+                        .dtype = DType::kUint8,
+                        .layout = Layout::kNHWC,
+                        .segment_name = "/carpool-seed-7",
+                        .slot_count = 2,
+                        .slot_bytes = 4096};
   JobInfo gpu_job = cpu_job;
   gpu_job.sample_shape = {3, 8, 8};
   gpu_job.dtype = DType::kFloat32;
@@ -28,24 +35,48 @@ std::vector<std::pair<std::string, Message>> Seeds() {
   gpu_job.device_slot_stride = 8192;
   gpu_job.device_slot_bytes = 8000;
   gpu_job.device_offset = 256;
-  const BatchReady host_batch{.job_id = 7, .slot = 1, .generation = 3, .epoch = 0,
-                              .batch_index = 5, .sample_count = 2, .images_offset = 0,
-                              .images_bytes = 1568, .labels_offset = 1568, .labels_bytes = 8,
-                              .ids_offset = 1576, .ids_bytes = 8, .skipped = 1};
+  const BatchReady host_batch{.job_id = 7,
+                              .slot = 1,
+                              .generation = 3,
+                              .epoch = 0,
+                              .batch_index = 5,
+                              .sample_count = 2,
+                              .images_offset = 0,
+                              .images_bytes = 1568,
+                              .labels_offset = 1568,
+                              .labels_bytes = 8,
+                              .ids_offset = 1576,
+                              .ids_bytes = 8,
+                              .skipped = 1};
   BatchReady device_batch = host_batch;
   device_batch.on_device = true;
   device_batch.device_labels_offset = 1600;
   return {
       {"hello", Hello{.pid = 4321, .client_name = "seed"}},
-      {"hello-reply", HelloReply{.server_instance = "srv-1", .lease_ms = 2000,
-                                 .max_payload_bytes = kMaxPayloadBytes, .max_batch_size = 1024,
+      {"hello-reply", HelloReply{.server_instance = "srv-1",
+                                 .lease_ms = 2000,
+                                 .max_payload_bytes = kMaxPayloadBytes,
+                                 .max_batch_size = 1024,
                                  .max_prefetch = 8}},
-      {"create-job", CreateJob{.dataset = "fmnist", .batch_size = 32, .epochs = 2,
-                               .transform = "flip", .device = "cpu", .prefetch = 2,
-                               .drop_last = true, .seed = 1}},
-      {"create-job-ddp", CreateJob{.dataset = "fmnist", .batch_size = 16, .epochs = 1,
-                                   .device = "cuda:0", .prefetch = 4, .seed = 2, .job_key = "run",
-                                   .rank = 1, .world_size = 2, .node = 1, .nodes = 2}},
+      {"create-job", CreateJob{.dataset = "fmnist",
+                               .batch_size = 32,
+                               .epochs = 2,
+                               .transform = "flip",
+                               .device = "cpu",
+                               .prefetch = 2,
+                               .drop_last = true,
+                               .seed = 1}},
+      {"create-job-ddp", CreateJob{.dataset = "fmnist",
+                                   .batch_size = 16,
+                                   .epochs = 1,
+                                   .device = "cuda:0",
+                                   .prefetch = 4,
+                                   .seed = 2,
+                                   .job_key = "run",
+                                   .rank = 1,
+                                   .world_size = 2,
+                                   .node = 1,
+                                   .nodes = 2}},
       {"job-info", cpu_job},
       {"job-info-gpu", gpu_job},
       {"batch-ready", host_batch},
