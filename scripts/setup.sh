@@ -15,6 +15,9 @@ PACKAGES=(
   libturbojpeg0-dev libpng-dev
   # tests and benchmarks
   googletest libgtest-dev libgmock-dev libbenchmark-dev
+  # the protocol fuzzer (scripts/fuzz.sh): clang, and libFuzzer's runtime, which clang-14 only
+  # recommends (libclang_rt.fuzzer-x86_64.a)
+  clang-14 libclang-rt-14-dev
   # the /metrics end-to-end test scrapes with curl and parses with the Prometheus client
   curl python3-prometheus-client
   # python side and the embedded default dataset
