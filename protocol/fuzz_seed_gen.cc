@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "protocol/id_set.h"
 #include "protocol/protocol.h"
 
 namespace carpool::protocol {
@@ -77,6 +78,14 @@ std::vector<std::pair<std::string, Message>> Seeds() {
                                    .world_size = 2,
                                    .node = 1,
                                    .nodes = 2}},
+      {"create-job-resume", CreateJob{.dataset = "fmnist",
+                                      .batch_size = 32,
+                                      .epochs = 3,
+                                      .device = "cpu",
+                                      .prefetch = 4,
+                                      .resume_epoch = 1,
+                                      .resume_batches = 5,
+                                      .resume_taken = EncodeIdSet({2, 3, 4, 9, 40, 41})}},
       {"job-info", cpu_job},
       {"job-info-gpu", gpu_job},
       {"batch-ready", host_batch},

@@ -295,7 +295,7 @@ Result<Engine::ResumePoint> Engine::ResumeFrom(const protocol::CreateJob& reques
   }
   Roaring taken;
   if (!request.resume_taken.empty()) {
-    Result<std::vector<uint32_t>> decoded = protocol::DecodeIdSet(request.resume_taken);
+    Result<std::vector<uint32_t>> decoded = protocol::DecodeIdSet(request.resume_taken, ids.cardinality());
     if (!decoded.ok()) {
       return Status::InvalidArgument(fmt::format("the checkpoint's samples taken: {}",
                                                  decoded.status().message()));
