@@ -146,7 +146,9 @@ TEST(E2eDdpTest, AKilledRankEndsTheJobForTheOthersWithinTheLease) {
                                  "3", "--job-key", "victim"},
                                 "victim" + std::to_string(r)));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  // Kill rank 1 only once all three joined: killed before, it is a rank that never joined, which
+  // the rank-join timeout (60 s) reports instead (TSan takes seconds to start a client).
+  ASSERT_TRUE(env.WaitForJobs(3, std::chrono::seconds(30))) << env.ServerLog();
   ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
   const auto killed = std::chrono::steady_clock::now();
   for (int r : {0, 2}) {

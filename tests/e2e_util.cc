@@ -233,4 +233,13 @@ std::string E2eEnv::Status() {
   return r.code == 0 ? r.out : std::string();
 }
 
+bool E2eEnv::WaitForJobs(size_t jobs, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (JsonObjects(Status(), "jobs").size() < jobs) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
 }  // namespace carpool::e2e
