@@ -155,6 +155,7 @@ ReleasedSamples SampleTable::Release(const Roaring& ids) {
       }
     }
     out.samples.push_back(id);
+    it->second.source->released.store(true, std::memory_order_relaxed);
     map_.erase(it);
   }
   return out;

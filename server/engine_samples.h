@@ -4,6 +4,7 @@
 #ifndef CARPOOL_SERVER_ENGINE_SAMPLES_H_
 #define CARPOOL_SERVER_ENGINE_SAMPLES_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,6 +24,8 @@ struct SampleSource {
   SampleRecord record;
   PrepareSpec spec;
   PreparedShape raw_shape;  // raw specs only (IDX: rows x cols x channels from the file header)
+  // Set when the table drops it (its last job left): a preparation still queued skips the read.
+  mutable std::atomic<bool> released{false};
 };
 
 // A dataset as loaded for a new job, before its samples enter the table.
@@ -69,6 +72,7 @@ class SampleTable {
   std::shared_ptr<const SampleSource> Find(uint32_t id) const;
   size_t size() const { return map_.size(); }
   size_t idx_files() const { return idx_users_.size(); }
+  bool ReadsIdx(const std::string& path) const { return idx_users_.count(path) > 0; }
 
  private:
   struct Entry {

@@ -35,10 +35,19 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
       fn();
       --prep_outstanding_;
       ForgetIfUnused(sample);  // its last job left while it was being prepared
+      // The read below may have loaded the IDX file again after that job's release freed it.
+      if (src.record.source == "idx" && samples_.Find(sample) == nullptr &&
+          !samples_.ReadsIdx(src.record.path)) {
+        reader_.Forget(src.record.path);
+      }
       woken_ = true;
     }
     wake_.notify_one();
   };
+  // Its last job left while it waited in the queue: reading would load its IDX file again.
+  if (src.released.load(std::memory_order_relaxed)) {
+    return finish([&]() REQUIRES(mu_) { Check(states_.Abandoned(sample)); });
+  }
   Result<std::vector<uint8_t>> bytes = [&] {
     WorkerPhases::Scope phase(phases_, WorkerPhase::kRead);
     return reader_.Read(src.record);

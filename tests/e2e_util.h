@@ -97,8 +97,7 @@ class E2eEnv {
   // Polls Status() until it lists at least `jobs` jobs (a DDP job lists each rank), of `job_key`
   // when not empty; false when `timeout` passes first. Waits out the clients' start, which a
   // sanitizer slows by seconds.
-  bool WaitForJobs(size_t jobs, std::chrono::milliseconds timeout,
-                   const std::string& job_key = "");
+  bool WaitForJobs(size_t jobs, std::chrono::milliseconds timeout, const std::string& job_key = "");
   // This server instance's shared-memory segments now in /dev/shm, sorted.
   std::vector<std::string> Segments() const;
 
