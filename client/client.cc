@@ -175,6 +175,7 @@ int64_t* Batch::device_labels() const { return impl_->region.device_labels; }
 namespace {
 constexpr char kPositionMagic[4] = {'C', 'P', 'J', 'P'};
 constexpr uint16_t kPositionVersion = 1;
+constexpr uint64_t kMaxPositionIds = uint64_t{1} << 32;  // any uint32 set (16 GiB: bytes bound it)
 
 template <typename T>
 void PutLe(std::string* out, T v) {
@@ -241,7 +242,7 @@ Result<JobPosition> JobPosition::Parse(std::string_view bytes) {
     return bad("truncated or trailing bytes after the dataset name");
   }
   if (p.epoch > p.epochs) return bad(fmt::format("epoch {} of {}", p.epoch, p.epochs));
-  Result<std::vector<uint32_t>> ids = protocol::DecodeIdSet(bytes.substr(pos));
+  Result<std::vector<uint32_t>> ids = protocol::DecodeIdSet(bytes.substr(pos), kMaxPositionIds);
   if (!ids.ok()) return bad(ids.status().message());
   p.taken = std::move(*ids);
   return p;

@@ -12,9 +12,8 @@
 namespace carpool::protocol {
 namespace {
 
-// One seed per shape a valid frame can take: CPU and GPU jobs and batches, a job of its own, a
-// data-parallel rank and a job resumed from a checkpoint. Values are small and distinct, so that a
-// mutated field is easy to spot.
+// One seed per shape a valid frame can take: CPU and GPU jobs and batches, a job of its own and
+// a data-parallel rank. Values are small and distinct, so that a mutated field is easy to spot.
 std::vector<std::pair<std::string, Message>> Seeds() {
   const JobInfo cpu_job{.job_id = 7,
                         .dataset_size = 1000,
@@ -83,11 +82,10 @@ std::vector<std::pair<std::string, Message>> Seeds() {
                                       .batch_size = 32,
                                       .epochs = 3,
                                       .device = "cpu",
-                                      .prefetch = 2,
-                                      .seed = 3,
+                                      .prefetch = 4,
                                       .resume_epoch = 1,
-                                      .resume_batches = 2,
-                                      .resume_taken = EncodeIdSet({0, 1, 2, 5, 9})}},
+                                      .resume_batches = 5,
+                                      .resume_taken = EncodeIdSet({2, 3, 4, 9, 40, 41})}},
       {"job-info", cpu_job},
       {"job-info-gpu", gpu_job},
       {"batch-ready", host_batch},

@@ -73,7 +73,7 @@ std::string EncodeIdSet(const std::vector<uint32_t>& ids) {
   return Bitmap(ids);
 }
 
-Result<std::vector<uint32_t>> DecodeIdSet(std::string_view bytes) {
+Result<std::vector<uint32_t>> DecodeIdSet(std::string_view bytes, uint64_t max_ids) {
   auto bad = [&](std::string_view what) {
     return Status::Corruption(
         fmt::format("a {}-byte sample id set is malformed: {}", bytes.size(), what));
@@ -94,7 +94,9 @@ Result<std::vector<uint32_t>> DecodeIdSet(std::string_view bytes) {
       if ((r > 0 && gap == 0) || end + gap + length + 1 > (uint64_t{1} << 32)) {
         return bad(fmt::format("run {} overlaps the previous one or passes id 2^32 - 1", r));
       }
-      if (ids.size() + length + 1 > (uint64_t{1} << 32)) return bad("more than 2^32 ids");
+      if (ids.size() + length + 1 > max_ids) {
+        return bad(fmt::format("more than {} ids (run {} alone has {})", max_ids, r, length + 1));
+      }
       const uint64_t first = end + gap;
       for (uint64_t i = 0; i <= length; ++i) ids.push_back(static_cast<uint32_t>(first + i));
       end = first + length + 1;
@@ -113,6 +115,7 @@ Result<std::vector<uint32_t>> DecodeIdSet(std::string_view bytes) {
     }
     for (uint64_t bit = 0; bit < bits; ++bit) {
       if (static_cast<uint8_t>(bytes[pos + bit / 8]) & (1u << (bit % 8))) {
+        if (ids.size() == max_ids) return bad(fmt::format("more than {} ids", max_ids));
         ids.push_back(static_cast<uint32_t>(first + bit));
       }
     }

@@ -16,9 +16,10 @@ namespace carpool::protocol {
 
 // `ids` ascending and distinct (REQUIRES). O(|ids| + range / 8).
 std::string EncodeIdSet(const std::vector<uint32_t>& ids);
-// Corruption, naming what is wrong, for bytes that EncodeIdSet cannot have written. Returns the
-// ids ascending. O(size + range).
-Result<std::vector<uint32_t>> DecodeIdSet(std::string_view bytes);
+// Corruption, naming what is wrong, for bytes that EncodeIdSet cannot have written, and for a set
+// of more than `max_ids` ids (a few bytes of runs can name billions). Returns the ids ascending.
+// O(size + min(range, max_ids)).
+Result<std::vector<uint32_t>> DecodeIdSet(std::string_view bytes, uint64_t max_ids);
 
 }  // namespace carpool::protocol
 

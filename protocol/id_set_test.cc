@@ -26,7 +26,7 @@ TEST(IdSetTest, RandomSetsRoundTripInTheSmallerForm) {
     const uint32_t span = std::min<uint32_t>(1 + rng() % 5000, UINT32_MAX - lo);
     const std::vector<uint32_t> ids = RandomSet(rng, lo, span, density);
     const std::string bytes = EncodeIdSet(ids);
-    Result<std::vector<uint32_t>> back = DecodeIdSet(bytes);
+    Result<std::vector<uint32_t>> back = DecodeIdSet(bytes, ids.size());
     ASSERT_TRUE(back.ok()) << back.status().ToString();
     ASSERT_EQ(*back, ids) << "trial " << trial;
     if (ids.size() > 64) {
@@ -39,7 +39,7 @@ TEST(IdSetTest, RandomSetsRoundTripInTheSmallerForm) {
 TEST(IdSetTest, EdgesRoundTrip) {
   for (const std::vector<uint32_t>& ids :
        {std::vector<uint32_t>{}, {0}, {UINT32_MAX}, {0, UINT32_MAX}, {UINT32_MAX - 1, UINT32_MAX}}) {
-    Result<std::vector<uint32_t>> back = DecodeIdSet(EncodeIdSet(ids));
+    Result<std::vector<uint32_t>> back = DecodeIdSet(EncodeIdSet(ids), ids.size());
     ASSERT_TRUE(back.ok()) << back.status().ToString();
     EXPECT_EQ(*back, ids);
   }
@@ -50,7 +50,7 @@ TEST(IdSetTest, HalfOfAnImageNetEpochFitsAFrame) {
   const std::vector<uint32_t> ids = RandomSet(rng, 1, 1281167, 0.5);
   const std::string bytes = EncodeIdSet(ids);
   EXPECT_LT(bytes.size(), 170000u);
-  ASSERT_EQ(*DecodeIdSet(bytes), ids);
+  ASSERT_EQ(*DecodeIdSet(bytes, ids.size()), ids);
 }
 
 TEST(IdSetTest, MalformedBytesAreCorruptionNeverACrash) {
@@ -59,7 +59,7 @@ TEST(IdSetTest, MalformedBytesAreCorruptionNeverACrash) {
   for (const std::string& bad : {std::string(), std::string("\x07"), std::string("\x01\x05"),
                                  std::string("\x02\x00\x09\xff"), good.substr(0, good.size() / 2),
                                  good + "x"}) {
-    Result<std::vector<uint32_t>> r = DecodeIdSet(bad);
+    Result<std::vector<uint32_t>> r = DecodeIdSet(bad, 1u << 20);
     ASSERT_FALSE(r.ok()) << bad.size();
     EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
     EXPECT_NE(r.status().message().find("sample id set"), std::string::npos);
@@ -68,11 +68,24 @@ TEST(IdSetTest, MalformedBytesAreCorruptionNeverACrash) {
   for (int i = 0; i < 2000; ++i) {
     std::string m = good;
     for (int f = 0; f < 3; ++f) m[rng() % m.size()] = static_cast<char>(rng());
-    Result<std::vector<uint32_t>> r = DecodeIdSet(m);
+    Result<std::vector<uint32_t>> r = DecodeIdSet(m, 1u << 20);
     if (r.ok()) {
       EXPECT_TRUE(std::adjacent_find(r->begin(), r->end(), std::greater_equal<>()) == r->end());
     }
   }
+}
+
+// A few bytes of runs can name billions of ids: the caller's bound refuses them.
+TEST(IdSetTest, ASetLargerThanTheBoundIsRefused) {
+  std::vector<uint32_t> ids(5000);
+  for (uint32_t i = 0; i < 5000; ++i) ids[i] = i;
+  const std::string runs = EncodeIdSet(ids);  // one run: a handful of bytes
+  EXPECT_LT(runs.size(), 8u);
+  Result<std::vector<uint32_t>> r = DecodeIdSet(runs, 4999);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("more than 4999 ids"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_TRUE(DecodeIdSet(runs, 5000).ok());
 }
 
 }  // namespace

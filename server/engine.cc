@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <utility>
 
@@ -182,13 +183,35 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   job->image = *image;
   job->sink = std::move(sink);
   job->gpu = ServedGpu(*device);
+  // Into the sample table in parts, each its own short hold of the lock: 1.28M samples in one
+  // hold stalled the other jobs' batches for over a second on a loaded machine.
+  const size_t count = dataset->samples.size();
+  for (size_t at = 0; at < count; at += kTableAddChunk) {
+    MutexLock lock(mu_);
+    Status added = samples_.Add(*dataset, at, std::min(count, at + kTableAddChunk));
+    if (!added.ok()) {
+      Roaring partial;  // what the parts before this one added
+      for (size_t i = 0; i < at; ++i) partial.add(dataset->samples[i]->record.id);
+      ForgetUnused(samples_.Release(partial));
+      return added;
+    }
+  }
   {
     MutexLock lock(mu_);
-    Status usable = samples_.Check(*dataset);  // fail before making slots; Add checks again
-    if (!usable.ok()) return usable;
+    job->table_ids = std::move(table_ids);
     job->sched = next_job_id_++;
     job->id = job->sched;
   }
+  // Until the job is in jobs_, a failure gives its samples back to the table.
+  bool committed = false;
+  struct OnExit {
+    std::function<void()> fn;
+    ~OnExit() { fn(); }
+  } give_back{[&] {
+    if (committed) return;
+    MutexLock lock(mu_);
+    ForgetUnused(samples_.Release(job->table_ids));
+  }};
   // A GPU job's host slot holds only labels and ids; its images go to its device slot.
   const slots::BatchLayout full =
       slots::PlanBatchLayout(request.batch_size, job->gpu ? 0 : image->bytes());
@@ -244,8 +267,6 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
         std::min<uint64_t>(options_.lookahead, uint64_t{request.prefetch + 1} * request.batch_size);
     job->created = Now();
     const double locked = job->created;
-    if (Status added = samples_.Add(*dataset); !added.ok()) return added;
-    job->table_ids = std::move(table_ids);
     Status joined;
     if (ranked) {
       job->sched = 0;  // the group's, once every rank has joined
@@ -255,10 +276,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
                                   job->created,
                                   {resume->epoch, request.resuming() ? &resume->remaining : nullptr});
     }
-    if (!joined.ok()) {
-      ForgetUnused(samples_.Release(job->table_ids));
-      return joined;
-    }
+    if (!joined.ok()) return joined;  // give_back, after this lock
     log::Info("job {}: dataset \"{}\" ({} samples), batch {}, {} epoch(s), transform \"{}\", {}, "
               "joined in {:.3f} s (records {:.3f} s, engine lock {:.3f} s){}",
               job->id, request.dataset, job->dataset_size, request.batch_size, request.epochs,
@@ -269,6 +287,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
                                    request.nodes)
                      : std::string());
     jobs_[job->id] = std::move(job);
+    committed = true;
     ++jobs_created_;
     woken_ = true;
   }
@@ -295,7 +314,7 @@ Result<Engine::ResumePoint> Engine::ResumeFrom(const protocol::CreateJob& reques
   }
   Roaring taken;
   if (!request.resume_taken.empty()) {
-    Result<std::vector<uint32_t>> decoded = protocol::DecodeIdSet(request.resume_taken);
+    Result<std::vector<uint32_t>> decoded = protocol::DecodeIdSet(request.resume_taken, ids.cardinality());
     if (!decoded.ok()) {
       return Status::InvalidArgument(fmt::format("the checkpoint's samples taken: {}",
                                                  decoded.status().message()));

@@ -155,6 +155,7 @@ class Engine : public JobService {
   void SweepCachedOrphans() REQUIRES(mu_);
   static constexpr double kOrphanSweepSeconds = 10;
   static constexpr size_t kOrphanSweepSlice = 4096;
+  static constexpr size_t kTableAddChunk = 65536;  // samples per hold of mu_ in CreateJob
   static constexpr size_t kTrimAfterSamples = 10000;  // released at once: return the heap (RemoveJob)
 
   // Data-parallel jobs (engine_groups.cc). All REQUIRE mu_.

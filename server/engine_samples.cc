@@ -100,8 +100,9 @@ Result<DatasetSamples> LoadDatasetSamples(const Catalog& catalog, std::string_vi
   return out;
 }
 
-Status SampleTable::Check(const DatasetSamples& dataset) const {
-  for (const auto& s : dataset.samples) {
+Status SampleTable::Check(const DatasetSamples& dataset, size_t begin, size_t end) const {
+  for (size_t i = begin; i < end; ++i) {
+    const auto& s = dataset.samples[i];
     auto it = map_.find(s->record.id);
     if (it != map_.end() && !(it->second.source->spec == s->spec)) {
       return Status::FailedPrecondition(fmt::format(
@@ -114,9 +115,9 @@ Status SampleTable::Check(const DatasetSamples& dataset) const {
   return Status::OK();
 }
 
-Status SampleTable::Add(const DatasetSamples& dataset) {
-  if (Status checked = Check(dataset); !checked.ok()) return checked;
-  map_.reserve(map_.size() + dataset.samples.size());
+Status SampleTable::Add(const DatasetSamples& dataset, size_t begin, size_t end) {
+  if (Status checked = Check(dataset, begin, end); !checked.ok()) return checked;
+  map_.reserve(map_.size() + (end - begin));
   // New samples per IDX file, counted in runs: a file's records are adjacent (ascending ids), and
   // hashing the path once per run instead of once per sample keeps a 1.28M-sample join fast.
   const std::string* run_path = nullptr;
@@ -125,7 +126,8 @@ Status SampleTable::Add(const DatasetSamples& dataset) {
     if (run > 0) idx_users_[*run_path] += run;
     run = 0;
   };
-  for (const auto& s : dataset.samples) {
+  for (size_t i = begin; i < end; ++i) {
+    const auto& s = dataset.samples[i];
     auto [it, inserted] = map_.try_emplace(s->record.id, Entry{s, 0});
     ++it->second.users;
     if (!inserted || s->record.source != "idx") continue;

@@ -53,9 +53,15 @@ class SampleTable {
  public:
   // Checks that Add would succeed: FailedPrecondition when a known sample has another prepare
   // spec (two datasets registered from the same files with different specs). O(samples).
-  Status Check(const DatasetSamples& dataset) const;
+  Status Check(const DatasetSamples& dataset) const {
+    return Check(dataset, 0, dataset.samples.size());
+  }
+  Status Check(const DatasetSamples& dataset, size_t begin, size_t end) const;
   // Check, then counts one more user of every sample, adding those not yet known. O(samples).
-  Status Add(const DatasetSamples& dataset);
+  Status Add(const DatasetSamples& dataset) { return Add(dataset, 0, dataset.samples.size()); }
+  // The same for samples [begin, end) of the dataset, so that a caller can add a large dataset
+  // in parts, letting others take its lock in between.
+  Status Add(const DatasetSamples& dataset, size_t begin, size_t end);
   // One user fewer of each of `ids` (what one Add added); drops the samples left unused and
   // returns them. O(|ids|).
   ReleasedSamples Release(const Roaring& ids);

@@ -146,7 +146,9 @@ TEST(E2eDdpTest, AKilledRankEndsTheJobForTheOthersWithinTheLease) {
                                  "3", "--job-key", "victim"},
                                 "victim" + std::to_string(r)));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  // Kill rank 1 only once all three joined: killed before, it is a rank that never joined, which
+  // the rank-join timeout (60 s) reports instead (TSan takes seconds to start a client).
+  ASSERT_TRUE(env.WaitForJobs(3, std::chrono::seconds(30))) << env.ServerLog();
   ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
   const auto killed = std::chrono::steady_clock::now();
   for (int r : {0, 2}) {
@@ -177,12 +179,14 @@ TEST(E2eDdpTest, AKilledRankEndsTheJobForTheOthersWithinTheLease) {
 TEST(E2eDdpTest, RanksThatDoNotAllJoinFailWithAClearError) {
   E2eEnv env;
   RegisterData(env);
-  env.StartServer({"--rank-join-timeout", "1s"});
+  // 1 s, or 15 s under TSan: rank 1 of "odd" below must reach the server within it.
+  env.StartServer({"--rank-join-timeout", std::to_string(kSanitizerSlowdown) + "s"});
   pid_t lonely = env.Consume({"--dataset", "d200", "--rank", "0", "--world-size", "2",
                               "--job-key", "half"},
                              "lonely");
   CliResult r;
-  ASSERT_TRUE(env.WaitFor(lonely, "lonely", std::chrono::seconds(10), &r)) << "rank 0 hangs";
+  ASSERT_TRUE(env.WaitFor(lonely, "lonely", std::chrono::seconds(10) * kSanitizerSlowdown, &r))
+      << "rank 0 hangs";
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("only 1 of the 2 ranks of data-parallel job \"half\" joined"),
             std::string::npos)
@@ -192,7 +196,8 @@ TEST(E2eDdpTest, RanksThatDoNotAllJoinFailWithAClearError) {
   pid_t a = env.Consume({"--dataset", "d200", "--batch-size", "8", "--rank", "0",
                          "--world-size", "2", "--job-key", "odd"},
                         "odd0");
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Rank 0 must be the job's first rank (TSan takes seconds to start a client).
+  ASSERT_TRUE(env.WaitForJobs(1, std::chrono::seconds(30), "odd")) << env.ServerLog();
   CliResult b = env.Run({"consume", "--state-dir", env.state().string(), "--dataset", "d200",
                          "--batch-size", "16", "--rank", "1", "--world-size", "2", "--job-key",
                          "odd"},
@@ -200,7 +205,7 @@ TEST(E2eDdpTest, RanksThatDoNotAllJoinFailWithAClearError) {
   EXPECT_NE(b.code, 0);
   EXPECT_NE(b.err.find("batch_size 16 (the job's first rank said 8)"), std::string::npos) << b.err;
   CliResult a_result;
-  ASSERT_TRUE(env.WaitFor(a, "odd0", std::chrono::seconds(10), &a_result));
+  ASSERT_TRUE(env.WaitFor(a, "odd0", std::chrono::seconds(10) * kSanitizerSlowdown, &a_result));
   EXPECT_NE(a_result.code, 0);  // its partner never came
   env.StopServer(SIGTERM);
 }

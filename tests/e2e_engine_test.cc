@@ -151,8 +151,10 @@ TEST(E2eJoinTest, AJobJoiningALargeDatasetDoesNotStallOthers) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the steady job is flowing
   max_gap_s = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  Result<std::unique_ptr<Job>> joined =
-      (*client)->CreateJob({.dataset = "big", .batch_size = 64, .epochs = 1, .transform = ""});
+  // Under TSan the join itself takes longer than the client's default 10 s silence timeout.
+  Result<std::unique_ptr<Job>> joined = (*client)->CreateJob(
+      {.dataset = "big", .batch_size = 64, .epochs = 1, .transform = "",
+       .silence_timeout = std::chrono::seconds(10) * kSanitizerSlowdown});
   const double join_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // A stall shows as a gap only once the next batch arrives: let the steady job read on.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));

@@ -125,7 +125,8 @@ TEST(E2eSharingTest, ServerDeathGivesClientsAClearErrorNotAHang) {
   RegisterFashionMnist(env);
   env.StartServer({"--lease", "1s"});
   pid_t job = env.Consume({"--dataset", "all", "--epochs", "50", "--step-ms", "5"}, "job");
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // The job must be running when the server dies (TSan takes seconds to start a client).
+  ASSERT_TRUE(env.WaitForJobs(1, std::chrono::seconds(30))) << env.ServerLog();
   env.StopServer(SIGKILL);
   // The crashed server leaves its cache segment and the job's batch segment behind.
   const std::vector<std::string> left = env.Segments();

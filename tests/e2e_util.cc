@@ -233,4 +233,18 @@ std::string E2eEnv::Status() {
   return r.code == 0 ? r.out : std::string();
 }
 
+bool E2eEnv::WaitForJobs(size_t jobs, std::chrono::milliseconds timeout,
+                         const std::string& job_key) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    size_t listed = 0;
+    for (const std::string& job : JsonObjects(Status(), "jobs")) {
+      if (job_key.empty() || nlohmann::json::parse(job).value("job_key", "") == job_key) ++listed;
+    }
+    if (listed >= jobs) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 }  // namespace carpool::e2e

@@ -21,6 +21,20 @@ namespace fs = std::filesystem;
 
 inline const fs::path kFmnist = "/usr/share/datasets/fashion-mnist";
 
+// How many times a sanitizer slows this build (TSan: 5-15x), for the few timeouts that bound the
+// server's work rather than what a test measures (docs/sanitizers.md).
+#if defined(__SANITIZE_THREAD__)
+inline constexpr int kSanitizerSlowdown = 15;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr int kSanitizerSlowdown = 15;
+#else
+inline constexpr int kSanitizerSlowdown = 1;
+#endif
+#else
+inline constexpr int kSanitizerSlowdown = 1;
+#endif
+
 struct CliResult {
   int code = -1;  // exit code, or 128 + signal
   std::string out, err;
@@ -80,6 +94,11 @@ class E2eEnv {
   std::string ServerLog() const;
   // `carpool status --json`; empty on failure.
   std::string Status();
+  // Polls Status() until it lists at least `jobs` jobs (a DDP job lists each rank), of `job_key`
+  // when not empty; false when `timeout` passes first. Waits out the clients' start, which a
+  // sanitizer slows by seconds.
+  bool WaitForJobs(size_t jobs, std::chrono::milliseconds timeout,
+                   const std::string& job_key = "");
   // This server instance's shared-memory segments now in /dev/shm, sorted.
   std::vector<std::string> Segments() const;
 
