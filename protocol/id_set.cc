@@ -91,7 +91,9 @@ Result<std::vector<uint32_t>> DecodeIdSet(std::string_view bytes, uint64_t max_i
       if (!GetVarint(bytes, &pos, &gap) || !GetVarint(bytes, &pos, &length)) {
         return bad(fmt::format("run {} of {} is truncated", r, count));
       }
-      if ((r > 0 && gap == 0) || end + gap + length + 1 > (uint64_t{1} << 32)) {
+      // Each term below 2^32 before the sum, so that a huge gap cannot wrap it back into range.
+      if ((r > 0 && gap == 0) || gap >= (uint64_t{1} << 32) || length >= (uint64_t{1} << 32) ||
+          end + gap + length + 1 > (uint64_t{1} << 32)) {
         return bad(fmt::format("run {} overlaps the previous one or passes id 2^32 - 1", r));
       }
       if (ids.size() + length + 1 > max_ids) {
@@ -106,7 +108,8 @@ Result<std::vector<uint32_t>> DecodeIdSet(std::string_view bytes, uint64_t max_i
     if (!GetVarint(bytes, &pos, &first) || !GetVarint(bytes, &pos, &bits)) {
       return bad("truncated bitmap header");
     }
-    if (bits == 0 || first + bits > (uint64_t{1} << 32)) {
+    if (bits == 0 || first >= (uint64_t{1} << 32) || bits > (uint64_t{1} << 32) ||
+        first + bits > (uint64_t{1} << 32)) {
       return bad(fmt::format("bitmap of {} bits from id {} passes id 2^32 - 1", bits, first));
     }
     if (bytes.size() - pos != (bits + 7) / 8) {
