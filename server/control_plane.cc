@@ -1,8 +1,5 @@
 #include "server/control_plane.h"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <errno.h>
 #include <fmt/format.h>
 #include <sys/socket.h>
@@ -148,14 +145,6 @@ void ControlPlane::Stop() {
 
 ControlPlane::~ControlPlane() { Stop(); }
 
-void ControlPlane::RunOffIo(std::function<void()> task) {
-  asio::post(creators_, [task = std::move(task)] {
-    // Joins are background work: on a busy machine they yield the cores to the jobs being served
-    // (a 1.28M-sample join at normal priority stretched another job's batch gaps past 1 s).
-    thread_local const bool lowered = ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10) == 0;
-    (void)lowered;
-    task();
-  });
-}
+void ControlPlane::RunOffIo(std::function<void()> task) { asio::post(creators_, std::move(task)); }
 
 }  // namespace carpool
