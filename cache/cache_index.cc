@@ -114,11 +114,21 @@ void CacheIndex::AddRefs(std::span<const uint32_t> samples, int64_t delta) {
     refcount_[sample] = static_cast<uint32_t>(
         std::clamp<int64_t>(want, 0, std::numeric_limits<uint32_t>::max()));
   }
-  std::vector<Key> keys;
-  keys.reserve(order_.size());
-  for (const Key& k : order_) keys.push_back(KeyOf(k.node));
-  std::sort(keys.begin(), keys.end());
-  order_ = std::set<Key>(keys.begin(), keys.end());  // sorted input: linear
+  // Re-key every tracked entry in its own tree node (no allocation), and sort only when the order
+  // changed: a join that adds one reference to every cached sample keeps it.
+  std::vector<std::set<Key>::node_type> nodes;
+  nodes.reserve(order_.size());
+  while (!order_.empty()) {
+    nodes.push_back(order_.extract(order_.begin()));
+    nodes.back().value() = KeyOf(nodes.back().value().node);
+  }
+  auto by_key = [](const std::set<Key>::node_type& a, const std::set<Key>::node_type& b) {
+    return a.value() < b.value();
+  };
+  if (!std::is_sorted(nodes.begin(), nodes.end(), by_key)) {
+    std::sort(nodes.begin(), nodes.end(), by_key);
+  }
+  for (auto& node : nodes) order_.insert(order_.end(), std::move(node));  // at the end: O(1)
 }
 
 void CacheIndex::SetRefCount(uint32_t sample, uint32_t count) {

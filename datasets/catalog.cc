@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <map>
 #include <unordered_map>
 
 #include "datasets/catalog_codec.h"
@@ -151,8 +152,33 @@ Result<uint64_t> Catalog::SampleCount() const {
   return static_cast<uint64_t>(*n);
 }
 
-Result<std::vector<SampleRecord>> Catalog::GetSamples(const Roaring& ids) const {
-  std::vector<SampleRecord> out;
+std::string SampleRecords::Path(size_t i) const {
+  const Row& r = rows[i];
+  const std::string& file = files[r.file];
+  if (r.kind != Kind::kFile) return file;
+  const std::string_view name(names.data() + r.name_begin, r.name_end - r.name_begin);
+  std::string path;
+  path.reserve(file.size() + 1 + name.size());
+  path.append(file).append(file == "/" ? "" : "/").append(name);
+  return path;
+}
+
+SampleRecord SampleRecords::Record(size_t i) const {
+  const Row& r = rows[i];
+  SampleRecord out;
+  out.id = r.id;
+  out.source = r.kind == Kind::kTar ? "tar" : r.kind == Kind::kIdx ? "idx" : "file";
+  out.path = Path(i);
+  out.record_index = r.kind == Kind::kIdx ? r.position : -1;
+  out.offset = r.kind == Kind::kTar ? r.position : -1;
+  out.size = r.size;
+  out.label = r.label;
+  if (r.kind == Kind::kTar) out.member.assign(names, r.name_begin, r.name_end - r.name_begin);
+  return out;
+}
+
+Result<SampleRecords> Catalog::GetSampleRecords(const Roaring& ids) const {
+  SampleRecords out;
   if (ids.isEmpty()) return out;
   std::unordered_map<int64_t, std::string> dirs;
   {
@@ -172,25 +198,41 @@ Result<std::vector<SampleRecord>> Catalog::GetSamples(const Roaring& ids) const 
   Result<SqliteStmt> stmt =
       db_->Prepare(fmt::format("{} WHERE id {}", kColumns, range_scan ? "BETWEEN ? AND ?" : "= ?"));
   if (!stmt.ok()) return stmt.status();
-  out.reserve(ids.cardinality());
+  out.rows.reserve(ids.cardinality());
+  // A folder (plain files, shards) or an IDX file is stored once: rows of one file come in runs.
+  std::map<std::pair<int64_t, std::string>, uint32_t> file_index;  // (dir, IDX name or "")
+  std::pair<int64_t, std::string> last_key{-1, ""};
+  uint32_t last_file = 0;
   auto take_row = [&]() {
-    SampleRecord r;
+    SampleRecords::Row r;
     r.id = static_cast<uint32_t>(stmt->ColumnInt(0));
-    r.record_index = stmt->ColumnInt(3);
-    r.offset = stmt->ColumnInt(6);
-    r.source = r.offset >= 0 ? "tar" : r.record_index >= 0 ? "idx" : "file";
-    const std::string& dir = dirs[stmt->ColumnInt(1)];
-    std::string_view name = stmt->ColumnText(2);
-    if (r.offset >= 0) {  // a member of the shard `dir`
-      r.path = dir;
-      r.member = std::string(name);
-    } else {
-      r.path.reserve(dir.size() + 1 + name.size());
-      r.path.append(dir).append(dir == "/" ? "" : "/").append(name);
+    const int64_t dir = stmt->ColumnInt(1);
+    const std::string_view name = stmt->ColumnText(2);
+    const int64_t record = stmt->ColumnInt(3);
+    const int64_t offset = stmt->ColumnInt(6);
+    r.kind = offset >= 0   ? SampleRecords::Kind::kTar
+             : record >= 0 ? SampleRecords::Kind::kIdx
+                           : SampleRecords::Kind::kFile;
+    r.position = offset >= 0 ? offset : record;
+    const bool named_file = r.kind == SampleRecords::Kind::kIdx;  // the file is dir/name
+    if (dir != last_key.first || (named_file ? last_key.second != name : !last_key.second.empty())) {
+      last_key = {dir, named_file ? std::string(name) : std::string()};
+      auto [it, inserted] = file_index.try_emplace(last_key, static_cast<uint32_t>(out.files.size()));
+      if (inserted) {
+        const std::string& d = dirs[dir];
+        out.files.push_back(named_file ? d + (d == "/" ? "" : "/") + std::string(name) : d);
+      }
+      last_file = it->second;
+    }
+    r.file = last_file;
+    if (!named_file) {
+      r.name_begin = static_cast<uint32_t>(out.names.size());
+      out.names.append(name);
+      r.name_end = static_cast<uint32_t>(out.names.size());
     }
     r.size = static_cast<uint64_t>(stmt->ColumnInt(4));
     r.label = static_cast<int32_t>(stmt->ColumnInt(5));
-    out.push_back(std::move(r));
+    out.rows.push_back(r);
   };
   if (range_scan) {
     stmt->BindInt(1, static_cast<int64_t>(lo));
@@ -210,12 +252,26 @@ Result<std::vector<SampleRecord>> Catalog::GetSamples(const Roaring& ids) const 
       if (*row) take_row();
     }
   }
-  if (out.size() != ids.cardinality()) {
+  if (out.rows.size() != ids.cardinality()) {
     return Status::NotFound(fmt::format(
         "{} of {} sample ids are not in the catalog \"{}\"; the catalog is damaged, re-register "
         "the dataset",
-        ids.cardinality() - out.size(), ids.cardinality(), db_->file().string()));
+        ids.cardinality() - out.rows.size(), ids.cardinality(), db_->file().string()));
   }
+  if (out.names.size() > UINT32_MAX) {
+    return Status::ResourceExhausted(fmt::format(
+        "the {} samples' names take {} bytes, more than 4 GiB; split the dataset", out.size(),
+        out.names.size()));
+  }
+  return out;
+}
+
+Result<std::vector<SampleRecord>> Catalog::GetSamples(const Roaring& ids) const {
+  Result<SampleRecords> records = GetSampleRecords(ids);
+  if (!records.ok()) return records.status();
+  std::vector<SampleRecord> out;
+  out.reserve(records->size());
+  for (size_t i = 0; i < records->size(); ++i) out.push_back(records->Record(i));
   return out;
 }
 

@@ -185,13 +185,13 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   job->gpu = ServedGpu(*device);
   // Into the sample table in parts, each its own short hold of the lock: 1.28M samples in one
   // hold stalled the other jobs' batches for over a second on a loaded machine.
-  const size_t count = dataset->samples.size();
+  const size_t count = dataset->size();
   for (size_t at = 0; at < count; at += kTableAddChunk) {
     MutexLock lock(mu_);
     Status added = samples_.Add(*dataset, at, std::min(count, at + kTableAddChunk));
     if (!added.ok()) {
       Roaring partial;  // what the parts before this one added
-      for (size_t i = 0; i < at; ++i) partial.add(dataset->samples[i]->record.id);
+      for (size_t i = 0; i < at; ++i) partial.add(dataset->block->records.rows[i].id);
       ForgetUnused(samples_.Release(partial));
       return added;
     }
@@ -492,7 +492,7 @@ void Engine::ForgetUnused(const ReleasedSamples& released) {
 }
 
 void Engine::ForgetIfUnused(uint32_t sample) {
-  if (samples_.Find(sample) != nullptr) return;  // a job uses it again
+  if (samples_.Contains(sample)) return;  // a job uses it again
   // Its worker reports back, then calls this again (Prepare). A bad sample stays bad (sticky,
   // counted once): a few entries.
   const SampleState state = states_.Get(sample);
@@ -519,7 +519,7 @@ void Engine::SweepCachedOrphans() {
     const uint32_t sample = orphan_scan_.back();
     orphan_scan_.pop_back();
     if (cached_orphans_.count(sample) == 0) continue;  // forgotten or used since
-    if (samples_.Find(sample) != nullptr) {
+    if (samples_.Contains(sample)) {
       cached_orphans_.erase(sample);  // used again: no orphan
     } else if (!cache_->Holds(sample)) {
       ForgetIfUnused(sample);

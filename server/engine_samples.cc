@@ -46,6 +46,16 @@ Result<PreparedShape> IdxRecordShape(const std::string& path, int channels) {
 
 }  // namespace
 
+SampleSource SampleSource::Of(std::shared_ptr<const SampleBlock> block, uint32_t row) {
+  SampleSource s;
+  s.record = block->records.Record(row);
+  s.spec = block->spec;
+  if (block->spec.raw) s.raw_shape = block->raw_shapes[block->records.rows[row].file];
+  s.block = std::move(block);
+  s.row = row;
+  return s;
+}
+
 Result<DatasetSamples> LoadDatasetSamples(const Catalog& catalog, std::string_view name,
                                           SampleReader& reader) {
   Result<DatasetInfo> info = catalog.GetDataset(name);
@@ -57,59 +67,60 @@ Result<DatasetSamples> LoadDatasetSamples(const Catalog& catalog, std::string_vi
     return Status::FailedPrecondition(fmt::format("dataset \"{}\" has a bad prepare spec: {}",
                                                   name, spec.status().message()));
   }
-  out.spec = *spec;
   if (out.info.ids.isEmpty()) {
     return Status::FailedPrecondition(
         fmt::format("dataset \"{}\" is empty; register samples with 'carpool dataset add'", name));
   }
-  Result<std::vector<SampleRecord>> records = catalog.GetSamples(out.info.ids);
+  Result<SampleRecords> records = catalog.GetSampleRecords(out.info.ids);
   if (!records.ok()) return records.status();
-  std::map<std::string, PreparedShape> raw_shapes;  // by IDX path
-  out.samples.reserve(records->size());
-  for (SampleRecord& r : *records) {
-    auto s = std::make_shared<SampleSource>();
-    s->spec = out.spec;
-    if (out.spec.raw) {
-      auto it = raw_shapes.find(r.path);
-      if (it == raw_shapes.end()) {
-        Result<PreparedShape> shape = IdxRecordShape(r.path, out.spec.channels);
-        if (!shape.ok()) return shape.status();
-        it = raw_shapes.emplace(r.path, *shape).first;
-      }
-      s->raw_shape = it->second;
+  auto block = std::make_shared<SampleBlock>();
+  block->records = std::move(*records);
+  block->spec = *spec;
+  const SampleRecords& r = block->records;
+  if (block->spec.raw) {
+    // From the files' headers, once per file; a raw spec reads IDX records only.
+    block->raw_shapes.resize(r.files.size());
+    std::vector<bool> known(r.files.size(), false);
+    for (size_t i = 0; i < r.size(); ++i) {
+      const uint32_t f = r.rows[i].file;
+      if (known[f]) continue;
+      Result<PreparedShape> shape = IdxRecordShape(r.Path(i), block->spec.channels);
+      if (!shape.ok()) return shape.status();
+      block->raw_shapes[f] = *shape;
+      known[f] = r.rows[i].kind == SampleRecords::Kind::kIdx;
     }
-    s->record = std::move(r);
-    out.samples.push_back(std::move(s));
   }
-  const SampleSource& first = *out.samples.front();
-  if (out.spec.raw) {
-    out.prepared_shape = first.raw_shape;
-  } else if (out.spec.crop > 0) {
-    out.prepared_shape = {out.spec.crop, out.spec.crop, out.spec.channels};
+  block->released.reset(new std::atomic<bool>[r.size()]());
+  if (block->spec.raw) {
+    out.prepared_shape = block->raw_shapes[r.rows.front().file];
+  } else if (block->spec.crop > 0) {
+    out.prepared_shape = {block->spec.crop, block->spec.crop, block->spec.channels};
   } else {
-    Result<std::vector<uint8_t>> bytes = reader.Read(first.record);
+    const SampleRecord first = r.Record(0);
+    Result<std::vector<uint8_t>> bytes = reader.Read(first);
     Result<PreparedShape> shape =
-        bytes.ok() ? PreparedShapeFor(first.spec, *bytes) : Result<PreparedShape>(bytes.status());
+        bytes.ok() ? PreparedShapeFor(block->spec, *bytes) : Result<PreparedShape>(bytes.status());
     if (!shape.ok()) {
       return Status::FailedPrecondition(fmt::format(
           "dataset \"{}\": cannot read the shape of its first sample \"{}\": {}", name,
-          first.record.path, shape.status().message()));
+          first.path, shape.status().message()));
     }
     out.prepared_shape = *shape;
   }
+  out.block = std::move(block);
   return out;
 }
 
 Status SampleTable::Check(const DatasetSamples& dataset, size_t begin, size_t end) const {
+  const SampleRecords& r = dataset.block->records;
   for (size_t i = begin; i < end; ++i) {
-    const auto& s = dataset.samples[i];
-    auto it = map_.find(s->record.id);
-    if (it != map_.end() && !(it->second.source->spec == s->spec)) {
+    auto it = map_.find(r.rows[i].id);
+    if (it != map_.end() && !(it->second.block->spec == dataset.spec())) {
       return Status::FailedPrecondition(fmt::format(
           "dataset \"{}\" prepares sample {} (\"{}\") as \"{}\", but this server already prepares "
           "it as \"{}\" for another dataset; restart the server to change the prepare spec",
-          dataset.info.name, s->record.id, s->record.path, s->spec.ToString(),
-          it->second.source->spec.ToString()));
+          dataset.info.name, r.rows[i].id, r.Path(i), dataset.spec().ToString(),
+          it->second.block->spec.ToString()));
     }
   }
   return Status::OK();
@@ -117,24 +128,23 @@ Status SampleTable::Check(const DatasetSamples& dataset, size_t begin, size_t en
 
 Status SampleTable::Add(const DatasetSamples& dataset, size_t begin, size_t end) {
   if (Status checked = Check(dataset, begin, end); !checked.ok()) return checked;
-  map_.reserve(map_.size() + (end - begin));
+  const SampleRecords& r = dataset.block->records;
   // New samples per IDX file, counted in runs: a file's records are adjacent (ascending ids), and
   // hashing the path once per run instead of once per sample keeps a 1.28M-sample join fast.
-  const std::string* run_path = nullptr;
+  uint32_t run_file = 0;
   size_t run = 0;
   auto flush = [&] {
-    if (run > 0) idx_users_[*run_path] += run;
+    if (run > 0) idx_users_[r.files[run_file]] += run;
     run = 0;
   };
   for (size_t i = begin; i < end; ++i) {
-    const auto& s = dataset.samples[i];
-    auto [it, inserted] = map_.try_emplace(s->record.id, Entry{s, 0});
+    const SampleRecords::Row& row = r.rows[i];
+    auto [it, inserted] =
+        map_.try_emplace(row.id, Entry{dataset.block, static_cast<uint32_t>(i), 0});
     ++it->second.users;
-    if (!inserted || s->record.source != "idx") continue;
-    if (run_path == nullptr || *run_path != s->record.path) {
-      flush();
-      run_path = &s->record.path;
-    }
+    if (!inserted || row.kind != SampleRecords::Kind::kIdx) continue;
+    if (run > 0 && run_file != row.file) flush();
+    run_file = row.file;
     ++run;
   }
   flush();
@@ -146,16 +156,17 @@ ReleasedSamples SampleTable::Release(const Roaring& ids) {
   for (uint32_t id : ids) {
     auto it = map_.find(id);
     if (it == map_.end() || --it->second.users > 0) continue;
-    const SampleRecord& r = it->second.source->record;
-    if (r.source == "idx") {
-      auto file = idx_users_.find(r.path);
+    const SampleBlock& block = *it->second.block;
+    const SampleRecords::Row& row = block.records.rows[it->second.row];
+    if (row.kind == SampleRecords::Kind::kIdx) {
+      auto file = idx_users_.find(block.records.files[row.file]);
       if (file != idx_users_.end() && --file->second == 0) {
-        out.idx_paths.push_back(r.path);
+        out.idx_paths.push_back(file->first);
         idx_users_.erase(file);
       }
     }
     out.samples.push_back(id);
-    it->second.source->released.store(true, std::memory_order_relaxed);
+    block.released[it->second.row].store(true, std::memory_order_relaxed);
     map_.erase(it);
   }
   return out;
@@ -163,7 +174,8 @@ ReleasedSamples SampleTable::Release(const Roaring& ids) {
 
 std::shared_ptr<const SampleSource> SampleTable::Find(uint32_t id) const {
   auto it = map_.find(id);
-  return it == map_.end() ? nullptr : it->second.source;
+  if (it == map_.end()) return nullptr;
+  return std::make_shared<const SampleSource>(SampleSource::Of(it->second.block, it->second.row));
 }
 
 }  // namespace carpool

@@ -20,21 +20,37 @@
 
 namespace carpool {
 
+// A dataset's samples as one load brought them: their records in columns, the dataset's prepare
+// spec and, per sample, whether the table has dropped it. Shared by the table's entries.
+struct SampleBlock {
+  SampleRecords records;
+  PrepareSpec spec;
+  std::vector<PreparedShape> raw_shapes;  // raw specs only: by file (IDX: rows x cols x channels)
+  // Set when the table drops a row's sample (its last job left): a queued preparation skips it.
+  std::unique_ptr<std::atomic<bool>[]> released;
+};
+
+// What a preparation needs of one sample, built from its block on demand.
 struct SampleSource {
   SampleRecord record;
   PrepareSpec spec;
-  PreparedShape raw_shape;  // raw specs only (IDX: rows x cols x channels from the file header)
-  // Set when the table drops it (its last job left): a preparation still queued skips the read.
-  mutable std::atomic<bool> released{false};
+  PreparedShape raw_shape;  // raw specs only
+  std::shared_ptr<const SampleBlock> block;
+  uint32_t row = 0;
+
+  static SampleSource Of(std::shared_ptr<const SampleBlock> block, uint32_t row);  // O(path)
+  bool released() const { return block->released[row].load(std::memory_order_relaxed); }
 };
 
 // A dataset as loaded for a new job, before its samples enter the table.
 struct DatasetSamples {
   DatasetInfo info;
-  PrepareSpec spec;
-  std::vector<std::shared_ptr<const SampleSource>> samples;  // ascending id
+  std::shared_ptr<SampleBlock> block;
   // The prepared shape of every sample when the spec fixes it (raw, crop), else of the first one.
   PreparedShape prepared_shape;
+
+  size_t size() const { return block->records.size(); }
+  const PrepareSpec& spec() const { return block->spec; }
 };
 
 // Reads the dataset, its records and (raw) the IDX headers from the catalog and the files; reads
@@ -56,27 +72,27 @@ class SampleTable {
  public:
   // Checks that Add would succeed: FailedPrecondition when a known sample has another prepare
   // spec (two datasets registered from the same files with different specs). O(samples).
-  Status Check(const DatasetSamples& dataset) const {
-    return Check(dataset, 0, dataset.samples.size());
-  }
+  Status Check(const DatasetSamples& dataset) const { return Check(dataset, 0, dataset.size()); }
   Status Check(const DatasetSamples& dataset, size_t begin, size_t end) const;
   // Check, then counts one more user of every sample, adding those not yet known. O(samples).
-  Status Add(const DatasetSamples& dataset) { return Add(dataset, 0, dataset.samples.size()); }
+  Status Add(const DatasetSamples& dataset) { return Add(dataset, 0, dataset.size()); }
   // The same for samples [begin, end) of the dataset, so that a caller can add a large dataset
   // in parts, letting others take its lock in between.
   Status Add(const DatasetSamples& dataset, size_t begin, size_t end);
   // One user fewer of each of `ids` (what one Add added); drops the samples left unused and
   // returns them. O(|ids|).
   ReleasedSamples Release(const Roaring& ids);
-  // nullptr for an unknown id. The pointee lives as long as a shared_ptr copy of it.
+  // nullptr for an unknown id. Builds the source from its block: O(path length), one allocation.
   std::shared_ptr<const SampleSource> Find(uint32_t id) const;
+  bool Contains(uint32_t id) const { return map_.count(id) > 0; }
   size_t size() const { return map_.size(); }
   size_t idx_files() const { return idx_users_.size(); }
   bool ReadsIdx(const std::string& path) const { return idx_users_.count(path) > 0; }
 
  private:
   struct Entry {
-    std::shared_ptr<const SampleSource> source;
+    std::shared_ptr<const SampleBlock> block;
+    uint32_t row = 0;
     uint32_t users = 0;
   };
   std::unordered_map<uint32_t, Entry> map_;

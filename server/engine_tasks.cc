@@ -36,7 +36,7 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
       --prep_outstanding_;
       ForgetIfUnused(sample);  // its last job left while it was being prepared
       // The read below may have loaded the IDX file again after that job's release freed it.
-      if (src.record.source == "idx" && samples_.Find(sample) == nullptr &&
+      if (src.record.source == "idx" && !samples_.Contains(sample) &&
           !samples_.ReadsIdx(src.record.path)) {
         reader_.Forget(src.record.path);
       }
@@ -45,7 +45,7 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
     wake_.notify_one();
   };
   // Its last job left while it waited in the queue: reading would load its IDX file again.
-  if (src.released.load(std::memory_order_relaxed)) {
+  if (src.released()) {
     return finish([&]() REQUIRES(mu_) { Check(states_.Abandoned(sample)); });
   }
   Result<std::vector<uint8_t>> bytes = [&] {
