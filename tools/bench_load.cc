@@ -90,7 +90,11 @@ struct Sample {
 struct Outcome {
   uint64_t finished = 0, disconnected = 0, killed = 0, cut_at_end = 0;
   std::vector<std::string> failures;
-  std::vector<std::pair<double, double>> rate_demand;  // finished jobs: samples/s, demand
+  struct Finished {
+    Plan plan;
+    double rate = 0, seconds = 0, started = 0, wait_p99 = 0;
+  };
+  std::vector<Finished> finished_jobs;  // their rates against their fair shares, job by job
   std::vector<double> wait_p50, wait_p99, wait_max;
 };
 
@@ -269,7 +273,10 @@ int Load(int argc, char** argv) {
         ++out.finished;
         const std::string text = ReadText(out_file);
         std::optional<double> rate = JsonNumber(text, "samples_per_s");
-        if (rate) out.rate_demand.emplace_back(*rate, j.plan.demand);
+        if (rate) {
+          out.finished_jobs.push_back({j.plan, *rate, JsonNumber(text, "seconds").value_or(0),
+                                       j.started, JsonNumber(text, "wait_ms_p99").value_or(0)});
+        }
         for (auto [key, vec] : {std::pair{"wait_ms_p50", &out.wait_p50},
                                 {"wait_ms_p99", &out.wait_p99}, {"wait_ms_max", &out.wait_max}}) {
           if (std::optional<double> v = JsonNumber(text, key)) vec->push_back(*v);
@@ -382,8 +389,15 @@ int Load(int argc, char** argv) {
   const double mean_active = active_n ? static_cast<double>(active_sum) / active_n : 1;
   const double equal_share = total_rate / std::max(1.0, mean_active);
   std::vector<double> vs_fair;
-  for (auto [rate, demand] : out.rate_demand) {
-    vs_fair.push_back(rate / std::max(1e-9, std::min(demand, equal_share)));
+  Json per_job = Json::array();
+  for (const Outcome::Finished& f : out.finished_jobs) {
+    vs_fair.push_back(f.rate / std::max(1e-9, std::min(f.plan.demand, equal_share)));
+    per_job.push_back({{"job", f.plan.label}, {"dataset", f.plan.dataset},
+                       {"batch", f.plan.batch}, {"step_ms", f.plan.step_ms},
+                       {"epochs", f.plan.epochs}, {"started_s", f.started},
+                       {"seconds", f.seconds}, {"samples_per_s", f.rate},
+                       {"demand", f.plan.demand}, {"vs_fair_share", vs_fair.back()},
+                       {"wait_ms_p99", f.wait_p99}});
   }
   const uint64_t through = out.finished + out.disconnected + out.killed + out.cut_at_end;
   Json report = {
@@ -411,7 +425,8 @@ int Load(int argc, char** argv) {
       {"finished_rate_vs_fair_share_median", Quantile(vs_fair, 0.5)},
       {"wait_ms_p50", Quantile(out.wait_p50, 0.5)}, {"wait_ms_p99", Quantile(out.wait_p99, 0.99)},
       {"wait_ms_max", out.wait_max.empty() ? 0.0 : *std::max_element(out.wait_max.begin(),
-                                                                      out.wait_max.end())}};
+                                                                      out.wait_max.end())},
+      {"finished_jobs", per_job}};
   if (!o.json_out.empty()) {
     std::FILE* f = std::fopen(o.json_out.c_str(), "w");
     if (f != nullptr) {
