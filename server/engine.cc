@@ -647,8 +647,15 @@ void Engine::TryBuildBatch(Job& job) {
   job.front_scanned = false;
   if (job.group != nullptr) job.group->taken[job.rank] = true;
   job.assembling = true;
-  workers_->Post(WorkerPool::Priority::kHigh,
-                 [this, t = std::move(task)]() mutable { Assemble(std::move(t)); });
+  // Samples-fair: a batch starts where the job's last one ended or at the clock, whichever is
+  // later, so jobs take the workers' turns in proportion to samples, not batches (a job of batch
+  // 16 waited behind 60 others' batches of up to 512 and got a third of its fair share).
+  task.fair_tag = std::max(fair_clock_, job.fair_finish);
+  job.fair_finish = task.fair_tag + std::max<uint64_t>(1, task.decisions);
+  const uint64_t tag = task.fair_tag;
+  workers_->Post(
+      WorkerPool::Priority::kHigh,
+      [this, t = std::move(task)]() mutable { Assemble(std::move(t)); }, tag);
 }
 
 bool Engine::FrontBatchPrepared(Job& job, const std::vector<Decision>& decisions) {

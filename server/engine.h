@@ -106,6 +106,7 @@ class Engine : public JobService {
     uint64_t batch_index = 0;
     size_t decisions = 0;  // queue entries this batch consumes
     uint32_t skipped = 0;  // of them, known-bad samples left out
+    uint64_t fair_tag = 0;  // its start in samples-fair order (TryBuildBatch)
     std::vector<BatchItem> items;
   };
   // Forwards the scheduler's reference counts to the cache and keeps their total.
@@ -232,6 +233,8 @@ class Engine : public JobService {
   uint64_t batches_ GUARDED_BY(mu_) = 0;
   uint64_t skipped_ GUARDED_BY(mu_) = 0;
   uint64_t pins_ GUARDED_BY(mu_) = 0;  // pins held by batches being assembled
+  // Samples-fair queuing of assemblies: the start tag of the latest one finished.
+  uint64_t fair_clock_ GUARDED_BY(mu_) = 0;
   uint64_t jobs_created_ GUARDED_BY(mu_) = 0, jobs_removed_ GUARDED_BY(mu_) = 0;
   double coordinator_seconds_ GUARDED_BY(mu_) = 0;  // in Step: the engine's serial part
   // Time worker tasks waited to take mu_ (WorkerLock): contention on the engine's lock.

@@ -43,6 +43,7 @@ struct Engine::Job {
   uint64_t skipped = 0;  // unreadable samples, or ones its transform cannot take, left out
   uint64_t dropped = 0;  // samples of last partial batches dropped (drop_last)
   bool assembling = false;  // a batch task is queued or running; at most one per job
+  uint64_t fair_finish = 0;  // samples-fair queuing: where its latest batch's samples end
   // The front batch's readiness scan (TryBuildBatch), resumed where the last one stopped: its
   // first `front_prepared` samples were prepared then, and after the first scan every sample of
   // it had its preparation started. Reset when the front batch changes.

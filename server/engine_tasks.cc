@@ -257,6 +257,7 @@ void Engine::Assemble(BatchTask task) {
       ++batches_;
     }
     job.assembling = false;
+    fair_clock_ = std::max(fair_clock_, task.fair_tag);
     woken_ = true;
   }
   assembled_.notify_all();

@@ -14,11 +14,15 @@ WorkerPool::WorkerPool(size_t threads, std::function<void()> thread_init) {
 
 WorkerPool::~WorkerPool() { Shutdown(); }
 
-void WorkerPool::Post(Priority priority, std::function<void()> task) {
+void WorkerPool::Post(Priority priority, std::function<void()> task, uint64_t order) {
   {
     MutexLock lock(mu_);
     if (stop_) return;
-    (priority == Priority::kHigh ? high_ : normal_).push_back(std::move(task));
+    if (priority == Priority::kHigh) {
+      high_.emplace(std::pair{order, high_seq_++}, std::move(task));
+    } else {
+      normal_.push_back(std::move(task));
+    }
   }
   ready_.notify_one();
 }
@@ -55,9 +59,12 @@ void WorkerPool::Run(const std::function<void()>& thread_init) {
       mu_.Wait(ready_,
                [this]() REQUIRES(mu_) { return stop_ || !high_.empty() || !normal_.empty(); });
       if (stop_) return;
-      std::deque<std::function<void()>>& q = high_.empty() ? normal_ : high_;
-      task = std::move(q.front());
-      q.pop_front();
+      if (!high_.empty()) {
+        task = std::move(high_.extract(high_.begin()).mapped());
+      } else {
+        task = std::move(normal_.front());
+        normal_.pop_front();
+      }
       ++busy_;
       ran = true;
     }

@@ -1,14 +1,19 @@
-// WorkerPool: the engine's preparation and assembly threads. Two FIFO queues: assembly tasks
-// (they finish deliveries a job is waiting for) run before preparation tasks, which the engine
-// feeds in earliest-deadline-first order and keeps short, so priorities stay fresh.
+// WorkerPool: the engine's preparation and assembly threads. Two queues: assembly tasks (they
+// finish deliveries a job is waiting for) run before preparation tasks, in ascending order of a
+// tag the engine gives them (samples-fair queuing: a job of batch 16 waits behind as many samples
+// as one of batch 512, not as many batches); preparation tasks run FIFO, fed by the engine in
+// earliest-deadline-first order and kept short, so priorities stay fresh.
 // Thread-safe.
 #ifndef CARPOOL_SERVER_WORKER_POOL_H_
 #define CARPOOL_SERVER_WORKER_POOL_H_
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -26,7 +31,9 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  void Post(Priority priority, std::function<void()> task);
+  // kHigh tasks start in ascending `order`, FIFO among equal ones; kNormal ones FIFO (`order` is
+  // ignored). O(log queued).
+  void Post(Priority priority, std::function<void()> task, uint64_t order = 0);
   // Drops the tasks not yet started, waits for running ones and joins the threads. Idempotent.
   void Shutdown();
   size_t size() const { return threads_.size(); }
@@ -42,7 +49,8 @@ class WorkerPool {
 
   Mutex mu_;
   std::condition_variable ready_;
-  std::deque<std::function<void()>> high_ GUARDED_BY(mu_);
+  std::map<std::pair<uint64_t, uint64_t>, std::function<void()>> high_ GUARDED_BY(mu_);  // order, seq
+  uint64_t high_seq_ GUARDED_BY(mu_) = 0;
   std::deque<std::function<void()>> normal_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   size_t busy_ GUARDED_BY(mu_) = 0;

@@ -40,18 +40,40 @@ TEST(WorkerPoolTest, LoadCountsRunningAndWaitingTasks) {
   EXPECT_EQ(done.load(), 5);
 }
 
-TEST(WorkerPoolTest, HighPriorityRunsFirst) {
+// Holds a one-thread pool's worker until the tasks posted meanwhile are all queued, then runs
+// them and returns the order in which they ran (each pushes its label).
+template <typename PostAll>
+std::vector<int> RunOrder(PostAll post_all) {
   WorkerPool pool(1, [] {});
   std::promise<void> gate;
   std::shared_future<void> open = gate.get_future().share();
   std::vector<int> order;  // written by the one worker only
   pool.Post(WorkerPool::Priority::kNormal, [open] { open.wait(); });
-  ASSERT_TRUE(LoadBecomes(pool, 1, 0));
-  pool.Post(WorkerPool::Priority::kNormal, [&order] { order.push_back(1); });
-  pool.Post(WorkerPool::Priority::kHigh, [&order] { order.push_back(2); });
+  EXPECT_TRUE(LoadBecomes(pool, 1, 0));
+  post_all(pool, order);
   gate.set_value();
-  ASSERT_TRUE(LoadBecomes(pool, 0, 0));
-  EXPECT_EQ(order, (std::vector<int>{2, 1}));
+  EXPECT_TRUE(LoadBecomes(pool, 0, 0));
+  return order;
+}
+
+TEST(WorkerPoolTest, HighPriorityRunsFirst) {
+  EXPECT_EQ(RunOrder([](WorkerPool& pool, std::vector<int>& order) {
+              pool.Post(WorkerPool::Priority::kNormal, [&order] { order.push_back(1); });
+              pool.Post(WorkerPool::Priority::kHigh, [&order] { order.push_back(2); });
+            }),
+            (std::vector<int>{2, 1}));
+}
+
+TEST(WorkerPoolTest, HighTasksStartInOrderOfTheirTagAndFifoAmongEqualTags) {
+  EXPECT_EQ(RunOrder([](WorkerPool& pool, std::vector<int>& order) {
+              const std::vector<std::pair<int, uint64_t>> posted = {
+                  {1, 512}, {2, 16}, {3, 512}, {4, 0}, {5, 16}};
+              for (const auto& [label, tag] : posted) {
+                pool.Post(
+                    WorkerPool::Priority::kHigh, [&order, label] { order.push_back(label); }, tag);
+              }
+            }),
+            (std::vector<int>{4, 2, 5, 1, 3}));
 }
 
 }  // namespace
