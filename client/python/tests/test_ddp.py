@@ -5,8 +5,10 @@ a DistributedDataParallel model; every step is an all_reduce, so unequal step co
 (each test has a deadline). Rank 0 gathers the delivered sample ids: exactly once per epoch over
 the union of the ranks."""
 
+import faulthandler
 import multiprocessing as mp
 import os
+import queue
 import socket as socketlib
 import time
 import traceback
@@ -28,6 +30,8 @@ def free_port():
 
 
 def rank_main(rank, world, port, run_id, sock, batch, epochs, out):
+    # A rank still running near the test's deadline prints every thread's stack: where it hangs.
+    faulthandler.dump_traceback_later(100, exit=False)
     try:
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                           LOCAL_WORLD_SIZE=str(world), TORCHELASTIC_RUN_ID=run_id,
@@ -82,11 +86,16 @@ class DdpGlooTest(unittest.TestCase):
             p.start()
         try:
             kind, *rest = out.get(timeout=deadline)  # a hang (unequal steps) fails here
+        except queue.Empty:
+            kind, rest = "hang", []
         finally:
             for p in procs:
                 p.join(30)
                 if p.is_alive():
                     p.kill()
+        if kind == "hang":
+            self.fail(f"no rank reported within {deadline:.0f} s; the ranks' stacks are printed "
+                      f"above (faulthandler)\nserver log:\n{self.fx.server_log()}")
         if kind == "error":
             self.fail(f"rank {rest[0]} failed:\n{rest[1]}\nserver log:\n{self.fx.server_log()}")
         counts, batches_per_epoch = rest
