@@ -59,11 +59,17 @@ void WorkerPool::Run(const std::function<void()>& thread_init) {
       mu_.Wait(ready_,
                [this]() REQUIRES(mu_) { return stop_ || !high_.empty() || !normal_.empty(); });
       if (stop_) return;
-      if (!high_.empty()) {
+      // While both queues hold tasks they alternate: strict priority starved the preparations of
+      // samples that only a few jobs need (their jobs waited minutes) behind a never-empty
+      // assembly queue of jobs whose samples were already cached.
+      const bool take_high = !high_.empty() && (normal_.empty() || !high_turn_taken_);
+      if (take_high) {
         task = std::move(high_.extract(high_.begin()).mapped());
+        high_turn_taken_ = !normal_.empty();
       } else {
         task = std::move(normal_.front());
         normal_.pop_front();
+        high_turn_taken_ = false;
       }
       ++busy_;
       ran = true;

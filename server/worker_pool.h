@@ -1,8 +1,9 @@
 // WorkerPool: the engine's preparation and assembly threads. Two queues: assembly tasks (they
-// finish deliveries a job is waiting for) run before preparation tasks, in ascending order of a
-// tag the engine gives them (samples-fair queuing: a job of batch 16 waits behind as many samples
-// as one of batch 512, not as many batches); preparation tasks run FIFO, fed by the engine in
-// earliest-deadline-first order and kept short, so priorities stay fresh.
+// finish deliveries a job is waiting for) run in ascending order of a tag the engine gives them
+// (samples-fair queuing: a job of batch 16 waits behind as many samples as one of batch 512, not
+// as many batches); preparation tasks run FIFO, fed by the engine in earliest-deadline-first order
+// and kept short, so priorities stay fresh. An assembly goes first; while both queues hold tasks,
+// they take turns, so neither starves.
 // Thread-safe.
 #ifndef CARPOOL_SERVER_WORKER_POOL_H_
 #define CARPOOL_SERVER_WORKER_POOL_H_
@@ -32,7 +33,7 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   // kHigh tasks start in ascending `order`, FIFO among equal ones; kNormal ones FIFO (`order` is
-  // ignored). O(log queued).
+  // ignored). While both kinds are queued, they start in turns. O(log queued).
   void Post(Priority priority, std::function<void()> task, uint64_t order = 0);
   // Drops the tasks not yet started, waits for running ones and joins the threads. Idempotent.
   void Shutdown();
@@ -51,6 +52,7 @@ class WorkerPool {
   std::condition_variable ready_;
   std::map<std::pair<uint64_t, uint64_t>, std::function<void()>> high_ GUARDED_BY(mu_);  // order, seq
   uint64_t high_seq_ GUARDED_BY(mu_) = 0;
+  bool high_turn_taken_ GUARDED_BY(mu_) = false;  // the last start was an assembly, with both queued
   std::deque<std::function<void()>> normal_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   size_t busy_ GUARDED_BY(mu_) = 0;

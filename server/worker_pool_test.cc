@@ -64,6 +64,19 @@ TEST(WorkerPoolTest, HighPriorityRunsFirst) {
             (std::vector<int>{2, 1}));
 }
 
+// Preparations of samples few jobs need must not wait for an assembly queue that never empties.
+TEST(WorkerPoolTest, WhileBothQueuesHoldTasksTheyTakeTurns) {
+  EXPECT_EQ(RunOrder([](WorkerPool& pool, std::vector<int>& order) {
+              for (int i = 0; i < 3; ++i) {
+                pool.Post(WorkerPool::Priority::kHigh, [&order, i] { order.push_back(i); });
+              }
+              for (int i = 10; i < 12; ++i) {
+                pool.Post(WorkerPool::Priority::kNormal, [&order, i] { order.push_back(i); });
+              }
+            }),
+            (std::vector<int>{0, 10, 1, 11, 2}));
+}
+
 TEST(WorkerPoolTest, HighTasksStartInOrderOfTheirTagAndFifoAmongEqualTags) {
   EXPECT_EQ(RunOrder([](WorkerPool& pool, std::vector<int>& order) {
               const std::vector<std::pair<int, uint64_t>> posted = {
