@@ -85,7 +85,8 @@ bool SampleCache::Pending(uint32_t sample) const {
   return pending_.count(sample) > 0;
 }
 
-Result<SampleCache::Allocation> SampleCache::Allocate(uint32_t sample, uint64_t bytes) {
+Result<SampleCache::Allocation> SampleCache::Allocate(uint32_t sample, uint64_t bytes,
+                                                      std::vector<uint32_t>* evicted_out) {
   MutexLock lock(mu_);
   if (!segment_) {
     return Status::ResourceExhausted(fmt::format(
@@ -108,6 +109,9 @@ Result<SampleCache::Allocation> SampleCache::Allocate(uint32_t sample, uint64_t 
   std::vector<CacheIndex::Evicted> evicted;
   Status room = index_.MakeRoom(block_bytes, &evicted);
   FreeEvicted(evicted);
+  if (evicted_out != nullptr) {
+    for (const CacheIndex::Evicted& e : evicted) evicted_out->push_back(e.sample);
+  }
   if (!room.ok()) return room;
   // The bytes fit; the pages may still be split among other classes. Evict on by policy until
   // some slab frees up. This terminates: with every unpinned entry gone, only pins hold pages.
@@ -123,6 +127,7 @@ Result<SampleCache::Allocation> SampleCache::Allocate(uint32_t sample, uint64_t 
     Result<CacheIndex::Entry> entry = index_.Evict(*victim);
     assert(entry.ok());
     FreeSlot(entry->slot);
+    if (evicted_out != nullptr) evicted_out->push_back(*victim);
     block = allocator_->Allocate(slot_bytes);
   }
   const uint64_t offset = segment_->data_offset() + block->offset;

@@ -71,7 +71,9 @@ class SampleCache {
   // Reserves a slot for `bytes` of payload, evicting by policy. AlreadyExists if cached or
   // pending; ResourceExhausted if the cache is disabled, the sample is larger than the cache, or
   // the pinned samples leave no room.
-  Result<Allocation> Allocate(uint32_t sample, uint64_t bytes);
+  // `evicted`, when given, gets the samples evicted to make room (the caller may drop their state).
+  Result<Allocation> Allocate(uint32_t sample, uint64_t bytes,
+                              std::vector<uint32_t>* evicted = nullptr);
   // Publishes a pending slot. NotFound if `sample` is not pending.
   Result<SlotRef> Commit(uint32_t sample);
   // Frees a pending slot (preparation failed). NotFound if `sample` is not pending.

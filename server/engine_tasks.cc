@@ -59,7 +59,10 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
   {
     WorkerLock lock(*this);  // Allocate may ask the scheduler for next uses
     WorkerPhases::Scope phase(phases_, WorkerPhase::kAllocate);
-    slot = cache_->Allocate(sample, shape->bytes());
+    std::vector<uint32_t> evicted;
+    slot = cache_->Allocate(sample, shape->bytes(), &evicted);
+    // A sample no job uses loses its state with its slot, not at the next orphan sweep.
+    for (uint32_t gone : evicted) ForgetIfUnused(gone);
   }
   if (!slot.ok()) {
     const StatusCode code = slot.status().code();
