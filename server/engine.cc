@@ -599,8 +599,7 @@ void Engine::TryBuildBatch(Job& job) {
     }
     BatchItem item;
     item.sample = d.sample;
-    item.source = samples_.Find(d.sample);
-    item.label = item.source->record.label;
+    item.label = samples_.Label(d.sample);
     item.seed = SampleSeed(job.request.seed, d.epoch, d.sample);
     if (use_cache) {
       if (state == SampleState::kPreparing) {
@@ -626,6 +625,8 @@ void Engine::TryBuildBatch(Job& job) {
         continue;
       }
     }
+    // Only a sample the assembler prepares itself needs its source (built from its block).
+    if (!item.pinned) item.source = samples_.Find(d.sample);
     task.items.push_back(std::move(item));
   }
   // Only this thread acquires slots, so FreeCount() > 0 above means TryAcquire succeeds.

@@ -178,4 +178,9 @@ std::shared_ptr<const SampleSource> SampleTable::Find(uint32_t id) const {
   return std::make_shared<const SampleSource>(SampleSource::Of(it->second.block, it->second.row));
 }
 
+int32_t SampleTable::Label(uint32_t id) const {
+  auto it = map_.find(id);
+  return it == map_.end() ? -1 : it->second.block->records.rows[it->second.row].label;
+}
+
 }  // namespace carpool

@@ -85,6 +85,8 @@ class SampleTable {
   // nullptr for an unknown id. Builds the source from its block: O(path length), one allocation.
   std::shared_ptr<const SampleSource> Find(uint32_t id) const;
   bool Contains(uint32_t id) const { return map_.count(id) > 0; }
+  // The sample's label (-1 unlabelled or unknown), without building its source. O(1).
+  int32_t Label(uint32_t id) const;
   size_t size() const { return map_.size(); }
   size_t idx_files() const { return idx_users_.size(); }
   bool ReadsIdx(const std::string& path) const { return idx_users_.count(path) > 0; }

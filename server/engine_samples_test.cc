@@ -47,6 +47,8 @@ TEST(SampleTableTest, ReleaseMarksTheSourcesItDropsAndFreesTheIdxFileWithItsLast
   EXPECT_EQ(two->record.source, "idx");
   EXPECT_EQ(two->record.record_index, 2);
   EXPECT_EQ(two->record.label, 2);
+  EXPECT_EQ(table.Label(2), 2);
+  EXPECT_EQ(table.Label(7), -1);
   EXPECT_EQ(two->raw_shape.height, 28);
   EXPECT_EQ(two->block, a.block);
   EXPECT_FALSE(two->released());
