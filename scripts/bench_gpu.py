@@ -1,13 +1,13 @@
 #!/usr/bin/python3
 """Issue 9: carpool's GPU path end to end, against torchvision's DataLoader in the same run.
 
-  bench_gpu.py [--count 20000] [--scenarios n1 n2 n4 overlap late slow] [--epochs 1]
+  bench_gpu.py [--count 20000] [--scenarios n1 n2 n4 overlap late slow batches] [--epochs 1]
                [--sides carpool baseline gpudecode tensorsocket]
                [--max-seconds 45] [--json-out F] [--md-out F] [--smoke]
 
 Every job is a real ResNet-18 training process (spawned), on one GPU: bf16 autocast,
-channels_last, batch 256, SGD lr 0.1 momentum 0.9. Each scenario runs once per side (--sides),
-back to back:
+channels_last, batch 256 (job 0 of "batches": 64), SGD lr 0.1 momentum 0.9. Each scenario runs
+once per side (--sides), back to back:
   carpool:  a fresh `carpool server --gpus N --workers W` and one carpool.Loader(device=cuda:N) per
             job, transform random_crop(224)|flip|normalize(imagenet)|float16|nhwc;
   baseline: torchvision ImageFolder + DataLoader(shuffle, pin_memory) per job, the same pipeline,
@@ -54,15 +54,24 @@ CROP = 224
 OVERLAP_PARTS = 5  # overlap scenario: a shared core of S/5 ids plus a private S/5 per job
 STALL_GRACE_S = 15  # TensorSocket: how long after the time cap a job blocked in its loader may take
 
-# name: (description, dataset of each job, late jobs, slow jobs)
+# name: (description, dataset of each job, late jobs, slow jobs, each job's batch as a fraction
+# of --batch-size (empty: all of it))
 SCENARIOS = {
-    "n1": ("1 job", ["all"], (), ()),
-    "n2": ("2 jobs, same dataset", ["all"] * 2, (), ()),
-    "n4": ("4 jobs, same dataset", ["all"] * 4, (), ()),
-    "overlap": ("4 jobs, pairwise 50% overlap", [f"ov{i}" for i in range(4)], (), ()),
-    "late": ("4 jobs, job 3 starts at 30%", ["all"] * 4, (3,), ()),
-    "slow": ("2 jobs, job 1 at half speed", ["all"] * 2, (), (1,)),
+    "n1": ("1 job", ["all"], (), (), ()),
+    "n2": ("2 jobs, same dataset", ["all"] * 2, (), (), ()),
+    "n4": ("4 jobs, same dataset", ["all"] * 4, (), (), ()),
+    "overlap": ("4 jobs, pairwise 50% overlap", [f"ov{i}" for i in range(4)], (), (), ()),
+    "late": ("4 jobs, job 3 starts at 30%", ["all"] * 4, (3,), (), ()),
+    "slow": ("2 jobs, job 1 at half speed", ["all"] * 2, (), (1,), ()),
+    "batches": ("2 jobs, batch 64 and 256 (a quarter and all of --batch-size)", ["all"] * 2,
+                (), (), (0.25, 1.0)),
 }
+
+
+def job_batches(name, batch_size):
+    """Each job's batch size in scenario `name` (64 and 256 in "batches" at --batch-size 256)."""
+    keys, parts = SCENARIOS[name][1], SCENARIOS[name][4]
+    return tuple(max(1, int(batch_size * f)) for f in parts) if parts else (batch_size,) * len(keys)
 
 
 # ---------------------------------------------------------------- a job (one spawned process)
@@ -660,6 +669,11 @@ def ratio(a, b):
     return a / b if a is not None and b else None
 
 
+def batches_key(batches):
+    """'256+256' for two jobs of batch 256: the key of a GPU training rate."""
+    return "+".join(map(str, batches))
+
+
 def rate_from_go(agg, batch):
     """All the images of a side's jobs, their first batches included, over the time from the
     first go to the last end: the rate with every loader's start-up (and read-ahead before the
@@ -694,8 +708,9 @@ class Bench:
              "classes": self.classes, "transform": a.transform, "socket": None,
              "prefetch": a.prefetch, "root": str(self.root), "seed": job + 1, "workers": 0,
              "warmup": a.warmup, "repeat": 1, "sleep": False,
-             "planned": a.epochs * size, "tail": size % a.batch_size}
+             "planned": a.epochs * size}
         s.update(kw)
+        s["tail"] = size % s["batch_size"]
         return s
 
     # -- data
@@ -885,13 +900,17 @@ class Bench:
               f"{results[0]['seconds']:.1f} s): {self.gpu_rate:.0f} img/s", flush=True)
         # N training processes share the GPU by time-slicing, which costs throughput: the GPU's
         # bound for an N-job scenario is N processes on synthetic input, measured the same way.
-        self.gpu_rate_by_jobs = {1: self.gpu_rate}
-        for n in sorted({len(SCENARIOS[name][1]) for name in a.scenarios} - {1}):
-            specs = [self.spec("synthetic", i, "all") for i in range(n)]
+        # Keyed by the jobs' batch sizes ("256+256"): a smaller batch trains fewer images a second.
+        self.gpu_rate_by_jobs = {batches_key((a.batch_size,)): self.gpu_rate}
+        for batches in sorted({job_batches(name, a.batch_size) for name in a.scenarios}):
+            if batches_key(batches) in self.gpu_rate_by_jobs:
+                continue
+            specs = [self.spec("synthetic", i, "all", batch_size=b) for i, b in enumerate(batches)]
             results, _, _ = run_jobs(specs, a.rate_seconds)
-            self.gpu_rate_by_jobs[n] = sum(r["images_per_s"] for r in results)
-            print(f"GPU training rate, {n} processes on synthetic input: "
-                  f"{self.gpu_rate_by_jobs[n]:.0f} img/s", flush=True)
+            self.gpu_rate_by_jobs[batches_key(batches)] = sum(r["images_per_s"] for r in results)
+            print(f"GPU training rate, {len(batches)} processes (batch {batches_key(batches)}) on "
+                  f"synthetic input: {self.gpu_rate_by_jobs[batches_key(batches)]:.0f} img/s",
+                  flush=True)
         self.report["gpu_rate_by_jobs"] = self.gpu_rate_by_jobs
         self.prep_rate = self.report["prepare_rate_images_per_s"] = None
         if self.carpool:
@@ -908,7 +927,7 @@ class Bench:
                   f"{self.prep_rate:.0f} img/s, server CPU {agg['server_cores_pct']:.0f}% of "
                   f"{self.cores} cores", flush=True)
 
-    def limit(self, keys, repeats):
+    def limit(self, keys, repeats, batches):
         """min(prepare rate x deliveries per unique sample, GPU rate of as many processes x
         deliveries per trained image): carpool prepares a sample once for all the jobs that read
         it, and the GPU trains every delivery (twice for a job that trains twice on each batch)."""
@@ -917,17 +936,19 @@ class Bench:
         work = sum(map(len, sets)) / sum(len(x) * r for x, r in zip(sets, repeats))
         if self.prep_rate is None:
             return share, None
-        gpu = self.gpu_rate_by_jobs.get(len(keys), self.gpu_rate)
+        gpu = self.gpu_rate_by_jobs.get(batches_key(batches), self.gpu_rate)
         return share, min(self.prep_rate * share, gpu * work)
 
     def scenario(self, name):
         a = self.args
-        what, keys, late, slow = SCENARIOS[name]
+        what, keys, late, slow, _ = SCENARIOS[name]
+        batches = job_batches(name, a.batch_size)
         slow_kw = {"repeat": 2} if a.slow_mode == "twice" else {"sleep": True}
-        kws = [slow_kw if i in slow else {} for i in range(len(keys))]
-        share, limit = self.limit(keys, [kw.get("repeat", 1) for kw in kws])
+        kws = [dict(slow_kw if i in slow else {}, batch_size=b) for i, b in enumerate(batches)]
+        share, limit = self.limit(keys, [kw.get("repeat", 1) for kw in kws], batches)
         row = {"what": what, "jobs": len(keys), "datasets": keys, "late": list(late),
-               "slow": list(slow), "share": share, "limit_images_per_s": limit}
+               "slow": list(slow), "batches": list(batches), "share": share,
+               "limit_images_per_s": limit}
         self.report["scenarios"][name] = row
         for side in a.sides:
             if side == "carpool" and not self.carpool:
