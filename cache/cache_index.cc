@@ -45,6 +45,7 @@ void CacheIndex::Grow(uint32_t sample) {
   if (sample < refcount_.size()) return;
   size_t size = std::max<size_t>(static_cast<size_t>(sample) + 1, refcount_.size() * 3 / 2);
   refcount_.resize(size, 0);
+  decided_.resize(size, 0);
   node_of_.resize(size, kNone);
 }
 
@@ -54,7 +55,7 @@ int32_t CacheIndex::NodeOf(uint32_t sample) const {
 
 CacheIndex::Key CacheIndex::KeyOf(int32_t node) const {
   const Node& n = nodes_[node];
-  return Key{refcount_[n.sample], n.seq, node};
+  return Key{decided_[n.sample] > 0 ? 1u : 0u, refcount_[n.sample], n.seq, node};
 }
 
 void CacheIndex::Track(int32_t node) {
@@ -142,6 +143,26 @@ void CacheIndex::SetRefCount(uint32_t sample, uint32_t count) {
   if (rekey) order_.insert(KeyOf(node));
 }
 
+bool CacheIndex::AddDecided(uint32_t sample, int64_t delta) {
+  Grow(sample);
+  const int64_t want = static_cast<int64_t>(decided_[sample]) + delta;
+  const uint32_t count = static_cast<uint32_t>(
+      std::clamp<int64_t>(want, 0, std::numeric_limits<uint32_t>::max()));
+  const bool was = decided_[sample] > 0, is = count > 0;
+  const int32_t node = node_of_[sample];
+  if (node != kNone && was != is) {
+    const bool rekey = nodes_[node].entry.pins == 0 && options_.policy != EvictionPolicy::kLru;
+    if (rekey) order_.erase(KeyOf(node));
+    decided_[sample] = count;
+    if (rekey) order_.insert(KeyOf(node));
+    if (is) ++decided_entries_;
+    else --decided_entries_;
+  } else {
+    decided_[sample] = count;
+  }
+  return want >= 0;
+}
+
 uint32_t CacheIndex::RefCount(uint32_t sample) const {
   return sample < refcount_.size() ? refcount_[sample] : 0;
 }
@@ -187,6 +208,7 @@ Status CacheIndex::Insert(uint32_t sample, uint64_t slot, uint64_t bytes) {
   nodes_[node] = Node{sample, Entry{slot, bytes, 0}, next_seq_++, kNone, kNone, kNone};
   node_of_[sample] = node;
   Track(node);
+  if (decided_[sample] > 0) ++decided_entries_;
   bytes_used_ += bytes;
   ++entries_;
   ++insertions_;
@@ -209,21 +231,28 @@ size_t CacheIndex::NextUseCandidates() const {
 }
 
 uint32_t CacheIndex::PickFurthest() const {
-  // The furthest next use wins; ties go to the lower count (fewer jobs lose it), then the oldest.
+  // An undecided sample goes before a decided one; then the furthest next use wins; ties go to
+  // the lower count (fewer jobs lose it), then the oldest.
   int32_t best = kNone;
   double best_use = 0;
+  uint32_t best_decided = 0;
   auto consider = [&](int32_t node) {
+    const uint32_t decided = decided_[nodes_[node].sample] > 0 ? 1 : 0;
+    if (best != kNone && decided > best_decided) return;
     const double use = oracle_->NextUse(nodes_[node].sample);
-    if (best != kNone && (use < best_use || (use == best_use && KeyOf(best) < KeyOf(node)))) {
+    if (best != kNone && decided == best_decided &&
+        (use < best_use || (use == best_use && KeyOf(best) < KeyOf(node)))) {
       return;
     }
     best = node;
     best_use = use;
+    best_decided = decided;
   };
   // 1. Count 0, oldest first: the first that no job will ever need (+infinity) goes at once.
   const size_t k = NextUseCandidates();
   size_t scanned = 0;
-  for (auto it = order_.begin(); it != order_.end() && it->refcount == 0 && scanned < k;
+  for (auto it = order_.begin();
+       it != order_.end() && it->decided == 0 && it->refcount == 0 && scanned < k;
        ++it, ++scanned) {
     consider(it->node);
     if (std::isinf(best_use) && best_use > 0) return nodes_[best].sample;
@@ -251,6 +280,7 @@ Result<CacheIndex::Entry> CacheIndex::Erase(uint32_t sample, bool count_eviction
   if (entry.pins == 0) Untrack(node);
   else bytes_pinned_ -= entry.bytes;
   node_of_[sample] = kNone;
+  if (decided_[sample] > 0) --decided_entries_;
   free_nodes_.push_back(node);
   bytes_used_ -= entry.bytes;
   --entries_;
@@ -309,8 +339,9 @@ Status CacheIndex::Unpin(uint32_t sample) {
 }
 
 IndexStats CacheIndex::stats() const {
-  return IndexStats{hits_,        misses_,       insertions_, evictions_,
-                    bytes_used_,  bytes_pinned_, entries_,    options_.capacity_bytes};
+  return IndexStats{hits_,       misses_,  insertions_,
+                    evictions_,  bytes_used_, bytes_pinned_,
+                    entries_,    options_.capacity_bytes, decided_entries_};
 }
 
 }  // namespace carpool::cache

@@ -46,6 +46,7 @@ struct IndexStats {
   uint64_t bytes_pinned = 0;
   uint64_t entries = 0;
   uint64_t capacity_bytes = 0;
+  uint64_t decided_entries = 0;  // cached samples some job has decided (AddDecided)
 };
 
 class CacheIndex {
@@ -85,6 +86,10 @@ class CacheIndex {
   void AddRefs(std::span<const uint32_t> samples, int64_t delta);
   void SetRefCount(uint32_t sample, uint32_t count);
   uint32_t RefCount(uint32_t sample) const;
+  // Decided-queue entries holding the sample (the scheduler's AddDecided). refcnt and next-use
+  // evict a sample no queue holds before any queued one: a decided sample is needed within the
+  // look-ahead, an undecided one at a random point of an epoch. Clamped at 0 like AddRef. O(log n).
+  bool AddDecided(uint32_t sample, int64_t delta);
 
   // Counts a hit or a miss; a hit refreshes the sample's lru position.
   std::optional<Entry> Lookup(uint32_t sample);
@@ -124,8 +129,10 @@ class CacheIndex {
     int32_t next = kNone;
     int32_t pos = kNone;  // next-use: index in unpinned_ while tracked
   };
-  // Eviction order for refcnt and next-use: (refcount, insertion seq). Only unpinned entries.
+  // Eviction order for refcnt and next-use: (decided by some job, refcount, insertion seq). Only
+  // unpinned entries.
   struct Key {
+    uint32_t decided;  // 0 or 1
     uint32_t refcount;
     uint64_t seq;
     int32_t node;
@@ -146,6 +153,8 @@ class CacheIndex {
   Options options_;
   const NextUseOracle* oracle_;
   std::vector<uint32_t> refcount_;  // by sample id
+  std::vector<uint32_t> decided_;   // by sample id: decided-queue entries
+  uint64_t decided_entries_ = 0;    // cached samples with decided_ > 0
   std::vector<int32_t> node_of_;    // by sample id; kNone when not cached
   std::vector<Node> nodes_;
   std::vector<int32_t> free_nodes_;

@@ -213,6 +213,16 @@ void SampleCache::AddRefs(std::span<const uint32_t> samples, int64_t delta) {
   index_.AddRefs(samples, delta);
 }
 
+bool SampleCache::AddDecided(uint32_t sample, int64_t delta) {
+  MutexLock lock(mu_);
+  return index_.AddDecided(sample, delta);
+}
+
+uint64_t SampleCache::DecidedEntries() const {
+  MutexLock lock(mu_);
+  return index_.stats().decided_entries;
+}
+
 void SampleCache::SetRefCount(uint32_t sample, uint32_t count) {
   MutexLock lock(mu_);
   index_.SetRefCount(sample, count);

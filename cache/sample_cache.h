@@ -90,6 +90,10 @@ class SampleCache {
   bool AddRef(uint32_t sample, int64_t delta);
   // AddRef for each of `samples` under one lock. O(n) for uncached samples, O(n log n) cached.
   void AddRefs(std::span<const uint32_t> samples, int64_t delta);
+  // CacheIndex::AddDecided under the lock. O(log n).
+  bool AddDecided(uint32_t sample, int64_t delta);
+  // Cached samples some job has decided (IndexStats::decided_entries). O(1).
+  uint64_t DecidedEntries() const;
   void SetRefCount(uint32_t sample, uint32_t count);
   uint32_t RefCount(uint32_t sample) const;
 

@@ -25,6 +25,10 @@ void Engine::RefSink::AddRef(SampleId sample, int64_t delta) {
   if (cache != nullptr) (void)cache->AddRef(sample, delta);
 }
 
+void Engine::RefSink::AddDecided(SampleId sample, int64_t delta) {
+  if (cache != nullptr) (void)cache->AddDecided(sample, delta);
+}
+
 void Engine::RefSink::AddRefAll(const Roaring& set, int64_t delta) {
   total += delta * static_cast<int64_t>(set.cardinality());
   if (cache == nullptr) return;
@@ -39,13 +43,11 @@ Engine::Engine(const EngineOptions& options, const Catalog* catalog)
 // Not analyzed: the new object is not shared yet, so its guarded members need no lock.
 Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
                                                const Catalog* catalog) NO_THREAD_SAFETY_ANALYSIS {
-  if (options.lookahead == 0) {
-    return Status::InvalidArgument("--lookahead 0: the look-ahead must be at least 1 sample");
-  }
   std::unique_ptr<Engine> e(new Engine(options, catalog));
   SchedulerOptions so;
   so.seed = options.seed;
-  so.lookahead = options.lookahead;
+  so.lookahead = options.lookahead;  // 0: derived from the cache and the jobs
+  so.pacing = options.pacing;
   e->scheduler_ = std::make_unique<Scheduler>(so, &e->refs_);
   cache::CacheOptions co;
   co.instance = options.instance;
@@ -118,7 +120,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   }
   const bool ranked = request.world_size > 1 || request.nodes > 1;
   const uint64_t global_batch = uint64_t{request.batch_size} * std::max(1u, request.world_size);
-  if (global_batch > options_.lookahead) {
+  if (options_.lookahead > 0 && global_batch > options_.lookahead) {
     return Status::InvalidArgument(fmt::format(
         "{} {} exceeds the server's look-ahead of {} samples; use a smaller batch or restart the "
         "server with --lookahead {} or more",
@@ -264,7 +266,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     MutexLock lock(mu_);
     // Ask for the batches the credits allow, and one more, to be decided ahead.
     const uint64_t prefetch_samples =
-        std::min<uint64_t>(options_.lookahead, uint64_t{request.prefetch + 1} * request.batch_size);
+        uint64_t{request.prefetch + 1} * request.batch_size;  // the scheduler clamps it to L
     job->created = Now();
     const double locked = job->created;
     Status joined;
@@ -458,8 +460,15 @@ void Engine::CoordinatorLoop() {
 
 void Engine::Step() {
   ApplyReleases();
+  const double now = Now();
+  if (options_.cache_bytes > 0) UpdateCapacity();
+  for (auto& [id, job] : jobs_) {
+    if (job->group == nullptr && !job->removed && !job->done) {
+      scheduler_->NoteClientBound(job->sched, job->pool->FreeCount() == 0, now);
+    }
+  }
   std::vector<Assignment> decided;
-  scheduler_->Tick(Now(), &decided);
+  scheduler_->Tick(now, &decided);
   if (options_.cache_bytes > 0) {
     // One cache lookup per decided sample: a hit when it is still cached from an earlier use.
     for (const Assignment& a : decided) {
@@ -482,6 +491,17 @@ void Engine::Step() {
     TryBuildBatch(*job);
     FinishIfDone(*job);
   }
+}
+
+void Engine::UpdateCapacity() {
+  const cache::IndexStats c = cache_->Stats().index;
+  if (c.entries == 0) return;
+  // Samples that fit: the capacity over the mean slot; once the cache has been full, no more
+  // than it ever held (slot classes and pages round sizes up).
+  uint64_t samples = c.capacity_bytes / std::max<uint64_t>(1, c.bytes_used / c.entries);
+  most_entries_ = std::max(most_entries_, c.entries);
+  if (c.evictions > 0) samples = std::min(samples, most_entries_);
+  scheduler_->SetCapacity(samples);
 }
 
 bool Engine::Ready(uint32_t sample) const { return states_.Ready(sample); }
@@ -542,12 +562,21 @@ void Engine::FeedPreparation() {
     const uint64_t mean_bytes = prepared_bytes_ / preparations_ + 64;
     horizon = std::max<uint64_t>(1, options_.cache_bytes / mean_bytes);
   }
+  // Prepare ahead only into room that holds no decided sample: past that the cache would evict
+  // samples that jobs have decided (the laggers' owed ones first) to hold samples needed later.
+  // A batch at a job's front is prepared whatever this budget (TryBuildBatch).
+  size_t want = cap - prep_outstanding_;
+  if (horizon != SIZE_MAX) {
+    const uint64_t held = cache_->DecidedEntries() + prep_outstanding_;
+    want = std::min<size_t>(want, held < horizon ? horizon - held : 0);
+    if (want == 0) return;
+  }
   std::vector<SampleId> next;
   // Ready samples stay ready while queued, except the rare ones that fall back to queued (a
   // failed commit, a lookup miss of a sample another job decided again); those are prepared
   // when their batch reaches the front (TryBuildBatch), so the walk may skip known-ready prefixes.
   scheduler_->NextToPrepare(
-      cap - prep_outstanding_, [this](SampleId s) REQUIRES(mu_) { return Ready(s); }, &next,
+      want, [this](SampleId s) REQUIRES(mu_) { return Ready(s); }, &next,
       horizon,
       /*ready_persists=*/true);
   for (SampleId s : next) StartPreparation(s);
@@ -585,6 +614,12 @@ void Engine::TryBuildBatch(Job& job) {
     return;
   }
   const bool use_cache = options_.cache_bytes > 0;
+  // Coupled pacing: a leader waits while the samples it would take first would outgrow what the
+  // cache can hold for its laggers (docs/scheduler.md "Pacing").
+  if (use_cache && job.group == nullptr &&
+      !scheduler_->MayTake(job.sched, decisions.size(), pins_, Now())) {
+    return;
+  }
   if (use_cache && !FrontBatchPrepared(job, decisions)) return;
   BatchTask task;
   task.job = &job;

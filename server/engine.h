@@ -41,7 +41,7 @@
 namespace carpool {
 
 inline constexpr uint64_t kDefaultCacheBytes = uint64_t{1} << 30;  // 1 GiB
-inline constexpr uint64_t kDefaultLookahead = 1024;                // samples
+inline constexpr uint64_t kDefaultLookahead = 0;  // samples; 0: derived (Scheduler)
 inline constexpr uint64_t kDefaultGpuCacheBytes = uint64_t{2} << 30;  // 2 GiB per GPU
 
 struct EngineOptions {
@@ -50,7 +50,8 @@ struct EngineOptions {
   cache::EvictionPolicy policy = cache::EvictionPolicy::kRefCnt;
   cache::ClientAccess access;  // of the cache and batch segments (--group)
   uint32_t workers = 0;  // 0: the number of cores
-  uint64_t lookahead = kDefaultLookahead;
+  uint64_t lookahead = kDefaultLookahead;  // --lookahead: an override of the derived L
+  bool pacing = true;                      // --pacing on|off (docs/scheduler.md "Pacing")
   uint64_t seed = 1;
   std::chrono::milliseconds tick{5};  // the coordinator's longest sleep between wakes
   std::vector<int> gpus;               // CUDA devices served (--gpus); empty: CPU batches only
@@ -114,6 +115,7 @@ class Engine : public JobService {
    public:
     void AddRef(SampleId sample, int64_t delta) override;
     void AddRefAll(const Roaring& set, int64_t delta) override;  // one cache lock for the set
+    void AddDecided(SampleId sample, int64_t delta) override;
     cache::SampleCache* cache = nullptr;
     int64_t total = 0;  // GUARDED_BY(Engine::mu_): the scheduler only runs under it
   };
@@ -137,6 +139,8 @@ class Engine : public JobService {
   // One coordinator pass: rounds, preparation requests, batches, ends of data.
   void Step() REQUIRES(mu_);
   void ApplyReleases() REQUIRES(mu_);  // the releases queued by Release
+  // The scheduler's pacing capacity in samples, from the cache's mean slot. O(1).
+  void UpdateCapacity() REQUIRES(mu_);
   void FeedPreparation() REQUIRES(mu_);
   void StartPreparation(uint32_t sample) REQUIRES(mu_);  // REQUIRES: the sample not Ready()
   void TryBuildBatch(Job& job) REQUIRES(mu_);
@@ -225,6 +229,7 @@ class Engine : public JobService {
   double next_orphan_sweep_ GUARDED_BY(mu_) = 0;
   std::vector<uint32_t> orphan_scan_ GUARDED_BY(mu_);  // the sweep in progress
   size_t prep_outstanding_ GUARDED_BY(mu_) = 0;
+  uint64_t most_entries_ GUARDED_BY(mu_) = 0;  // the most samples the cache has held
   // Counters.
   uint64_t preparations_ GUARDED_BY(mu_) = 0;
   uint64_t prepared_bytes_ GUARDED_BY(mu_) = 0;  // payload bytes of those preparations

@@ -97,7 +97,7 @@ Status Engine::JoinGroup(Job& job, const Roaring& ids, uint64_t batches_per_epoc
   // Every rank is here: the job enters the sampling tree as one participant.
   const JobId sched = next_job_id_++;
   const uint64_t prefetch_samples =
-      std::min<uint64_t>(options_.lookahead, uint64_t{g.request.prefetch + 1} * g.global_batch());
+      uint64_t{g.request.prefetch + 1} * g.global_batch();  // the scheduler clamps it to L
   Status added = scheduler_->AddJob(sched, ids, g.request.epochs, prefetch_samples, Now());
   if (!added.ok()) {
     g.ranks[request.rank] = nullptr;

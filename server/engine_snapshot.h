@@ -11,6 +11,7 @@
 
 #include "cache/sample_cache.h"
 #include "sampler/sampling_tree.h"
+#include "server/scheduler.h"
 #include "server/gpu_service.h"
 
 namespace carpool {
@@ -31,13 +32,16 @@ struct JobSnapshot {
   std::string job_key;
   uint32_t rank = 0, world_size = 1;
   uint64_t padded = 0;
+  double held_s = 0;         // time held back by the pacing
+  double client_bound = 0;   // recent fraction of time waiting on its own client
 };
 
 struct EngineSnapshot {
   std::string instance;
   double uptime_s = 0;
   size_t workers = 0;
-  uint64_t lookahead = 0;
+  uint64_t lookahead = 0;  // in force: derived, or the --lookahead override
+  PacingStats pacing;
   std::string policy;
   std::vector<JobSnapshot> jobs;
   uint64_t jobs_created = 0, jobs_removed = 0;

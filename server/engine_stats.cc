@@ -20,6 +20,8 @@ JobSnapshot Engine::SnapshotJob(const Job& job) const {
     j.remaining = s->remaining;
     j.queue_depth = s->queued;
     j.rate = s->rate;
+    j.held_s = s->held;
+    j.client_bound = s->client_bound;
   }
   // A rank's share of its job's entries is 1 / world_size.
   const uint64_t total = uint64_t{job.request.epochs} * job.dataset_size;
@@ -53,7 +55,8 @@ EngineSnapshot Engine::SnapshotLocked() const {
   s.instance = options_.instance;
   s.uptime_s = Now();
   s.workers = workers_->size();
-  s.lookahead = options_.lookahead;
+  s.pacing = scheduler_->pacing();
+  s.lookahead = s.pacing.lookahead;
   s.policy = cache::EvictionPolicyName(options_.policy);
   for (const auto& [id, job] : jobs_) s.jobs.push_back(SnapshotJob(*job));
   s.jobs_created = jobs_created_;
@@ -123,7 +126,9 @@ Json JobJson(const JobSnapshot& j) {
           {"job_key", j.job_key},
           {"rank", j.rank},
           {"world_size", j.world_size},
-          {"padded", j.padded}};
+          {"padded", j.padded},
+          {"held_s", j.held_s},
+          {"client_bound", j.client_bound}};
 }
 
 Json ServerJson(const EngineSnapshot& s) {
@@ -159,6 +164,14 @@ Json ServerJson(const EngineSnapshot& s) {
           {"uptime_s", s.uptime_s},
           {"workers", s.workers},
           {"lookahead", s.lookahead},
+          {"pacing",
+           {{"enabled", s.pacing.enabled},
+            {"capacity_samples", s.pacing.capacity},
+            {"window", s.pacing.window},
+            {"owed", s.pacing.owed},
+            {"derived_lookahead", s.pacing.derived_lookahead},
+            {"holds", s.pacing.holds},
+            {"lifts", s.pacing.lifts}}},
           {"policy", s.policy},
           {"jobs", std::move(jobs)},
           {"jobs_created", s.jobs_created},

@@ -107,6 +107,23 @@ std::string RenderPrometheus(const EngineSnapshot& s) {
                "A job's samples decided and not yet delivered");
   for (const JobSnapshot& j : s.jobs) depth.Add(j.queue_depth, {{"job", fmt::format("{}", j.id)},
                                                                 {"dataset", j.dataset}});
+  Family held(&out, "carpool_job_held_seconds", "gauge",
+              "Time a job was held back by the pacing (it led its sharers by the window)");
+  for (const JobSnapshot& j : s.jobs) held.Add(j.held_s, {{"job", fmt::format("{}", j.id)},
+                                                          {"dataset", j.dataset}});
+  Family(&out, "carpool_lookahead", "gauge", "Look-ahead L in samples: derived, or --lookahead")
+      .Add(s.lookahead);
+  Family(&out, "carpool_pacing_window", "gauge",
+         "Owed samples the pacing allows: cache capacity in samples less the pinned ones")
+      .Add(s.pacing.window);
+  Family(&out, "carpool_pacing_owed", "gauge",
+         "Samples delivered to one job and still queued for another")
+      .Add(s.pacing.owed);
+  Family(&out, "carpool_pacing_holds_total", "counter", "Batches the pacing held back")
+      .Add(s.pacing.holds);
+  Family(&out, "carpool_pacing_lifts_total", "counter",
+         "Batches let past the window because the jobs behind waited on their own clients")
+      .Add(s.pacing.lifts);
   Family(&out, "carpool_samples_known", "gauge", "Samples of the datasets of the jobs present")
       .Add(s.samples_known);
   Family(&out, "carpool_sample_states", "gauge",

@@ -36,12 +36,21 @@ struct Scheduler::Job {
   // Leading queue entries found ready by NextToPrepare (with ready_persists): later walks start
   // after them. Shrinks as Consume pops the front.
   mutable size_t ready_prefix = 0;
+  // Pacing: queue entries whose sample another job already took (how far behind it is).
+  uint64_t behind = 0;
+  // Pacing: time held back (closed spells, and the one open since held_since when holding).
+  bool holding = false;
+  double held_since = 0;
+  double held = 0;
+  // Client-bound fraction: decayed time with every batch slot full over decayed time.
+  bool bound = false;
+  double bound_since = 0;  // the clock of the last NoteClientBound
+  double bound_time = 0, observed_time = 0;
   bool measured() const { return weighted_time > 0 && weighted_samples > 0; }
 };
 
 Scheduler::Scheduler(const SchedulerOptions& options, RefCountSink* sink)
     : options_(options), sink_(sink), tree_(options.seed) {
-  options_.lookahead = std::max<uint64_t>(options_.lookahead, 1);
   if (!(options_.rate_time_constant > 0)) options_.rate_time_constant = 10.0;
   if (!(options_.prior_rate > 0)) options_.prior_rate = 1.0;
 }
@@ -55,6 +64,10 @@ Scheduler::Job* Scheduler::Find(JobId job) const {
 
 void Scheduler::Report(SampleId sample, int64_t delta) const {
   if (sink_ != nullptr) sink_->AddRef(sample, delta);
+}
+
+void Scheduler::ReportDecided(SampleId sample, int64_t delta) const {
+  if (sink_ != nullptr) sink_->AddDecided(sample, delta);
 }
 
 void Scheduler::ReportAll(const Roaring& set, int64_t delta) const {
@@ -93,7 +106,9 @@ Status Scheduler::AddJob(JobId job, const Roaring& dataset, uint32_t epochs,
   state->id = job;
   state->epochs = epochs;
   state->epoch = start.epoch;
-  state->prefetch = std::min(prefetch_samples, options_.lookahead);
+  state->prefetch =
+      options_.lookahead > 0 ? std::min(prefetch_samples, options_.lookahead) : prefetch_samples;
+  state->bound_since = now;
   state->dataset = dataset;
   state->dataset_size = dataset.cardinality();
   jobs_.emplace(job, std::move(state));
@@ -111,6 +126,7 @@ Status Scheduler::RemoveJob(JobId id) {
   for (const Decision& d : job->queue) {
     DropUse(d.sample, job, seq++);
     Report(d.sample, -1);
+    ReportDecided(d.sample, -1);
   }
   Status s = tree_.RemoveJob(id);
   jobs_.erase(id);
@@ -141,8 +157,9 @@ uint64_t Scheduler::Tick(double now, std::vector<Assignment>* decided) {
     }
     if (!triggered) break;
     participants_.clear();
+    const uint64_t lookahead = EffectiveLookahead();
     for (auto& [id, job] : jobs_) {
-      if (job->queue.size() >= options_.lookahead) continue;  // masked
+      if (job->queue.size() >= lookahead) continue;  // masked
       MaybeResetEpoch(*job);
       if (tree_.Remaining(id) > 0) participants_.push_back(id);
     }
@@ -153,6 +170,7 @@ uint64_t Scheduler::Tick(double now, std::vector<Assignment>* decided) {
         Job* job = Find(id);
         AddUse(a.sample, job, job->head_seq + job->queue.size());
         job->queue.push_back(Decision{a.sample, job->epoch});
+        ReportDecided(a.sample, +1);
       }
     }
     if (decided != nullptr) decided->insert(decided->end(), round_.begin(), round_.end());
@@ -194,6 +212,12 @@ Status Scheduler::Consume(JobId id, size_t n, double now) {
     job->queue.pop_front();
     ++job->head_seq;
     Report(sample, -1);
+    ReportDecided(sample, -1);
+    // Still queued for someone: it must survive in the cache until then.
+    auto still = uses_.find(sample);
+    if (still != uses_.end() && owed_.emplace(sample, 1).second) {
+      for (const Use& u : still->second) ++u.job->behind;
+    }
   }
   job->delivered += n;
   job->ready_prefix -= std::min(job->ready_prefix, n);
@@ -239,6 +263,7 @@ void Scheduler::RefreshRates() {
 
 void Scheduler::AddUse(SampleId sample, Job* job, uint64_t seq) {
   uses_[sample].push_back(Use{job, seq});
+  if (owed_.count(sample) != 0) ++job->behind;
 }
 
 void Scheduler::DropUse(SampleId sample, const Job* job, uint64_t seq) {
@@ -247,12 +272,16 @@ void Scheduler::DropUse(SampleId sample, const Job* job, uint64_t seq) {
   std::vector<Use>& v = it->second;
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i].job == job && v[i].seq == seq) {
+      if (owed_.count(sample) != 0) --v[i].job->behind;
       v[i] = v.back();
       v.pop_back();
       break;
     }
   }
-  if (v.empty()) uses_.erase(it);
+  if (v.empty()) {
+    uses_.erase(it);
+    owed_.erase(sample);
+  }
 }
 
 double Scheduler::NextUse(uint32_t sample) const {
@@ -339,7 +368,117 @@ Result<Scheduler::JobStats> Scheduler::Stats(JobId id) const {
   s.prefetch = job->prefetch;
   s.rate = job->rate;
   s.measured = job->measured();
+  s.held = job->held + (job->holding ? std::max(0.0, now_ - job->held_since) : 0.0);
+  s.client_bound = job->observed_time > 0 ? job->bound_time / job->observed_time : 0;
   return s;
+}
+
+void Scheduler::SetCapacity(uint64_t samples) { capacity_ = samples; }
+
+uint64_t Scheduler::Window(uint64_t batch, uint64_t pinned) const {
+  // Room for the owed samples: what the pins leave, less the room the leader's next batch needs
+  // to be prepared ahead; never less than one batch (below that nothing moves).
+  const uint64_t free = capacity_ > pinned ? capacity_ - pinned : 0;
+  return std::max<uint64_t>(std::max<uint64_t>(batch, 1), free > batch ? free - batch : 0);
+}
+
+uint64_t Scheduler::EffectiveLookahead() const {
+  if (options_.lookahead > 0) return options_.lookahead;
+  uint64_t prefetch = 0;
+  for (const auto& [id, job] : jobs_) prefetch = std::max(prefetch, job->prefetch);
+  // Without a known capacity (no preparation measured yet) the window is the largest batch.
+  const uint64_t window = capacity_ > 0 ? Window(prefetch, last_pinned_) : prefetch;
+  return std::max<uint64_t>(64, window + 2 * prefetch);
+}
+
+void Scheduler::NoteClientBound(JobId id, bool bound, double now) {
+  Job* job = Find(id);
+  if (job == nullptr) return;
+  const double dt = std::max(0.0, now - job->bound_since);
+  const double decay = std::exp(-dt / options_.bound_time_constant);
+  // The state since the last call held for dt.
+  job->bound_time = job->bound_time * decay + (job->bound ? dt : 0.0);
+  job->observed_time = job->observed_time * decay + dt;
+  job->bound = bound;
+  job->bound_since = now;
+}
+
+bool Scheduler::MayTake(JobId id, size_t n, uint64_t pinned, double now) {
+  Job* job = Find(id);
+  if (job == nullptr) return true;
+  now_ = std::max(now_, now);
+  last_pinned_ = pinned;
+  auto grant = [&](bool lifted) {
+    if (job->holding) {
+      job->held += std::max(0.0, now_ - job->held_since);
+      job->holding = false;
+    }
+    if (lifted) ++lifts_;
+    return true;
+  };
+  if (!options_.pacing || capacity_ == 0) return grant(false);
+  n = std::min(n, job->queue.size());
+  // The samples this batch would make owed: queued for another job, not yet taken by anyone.
+  uint64_t fresh = 0;
+  laggers_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const SampleId sample = job->queue[i].sample;
+    if (owed_.count(sample) != 0) continue;
+    auto it = uses_.find(sample);
+    if (it == uses_.end()) continue;
+    bool shared = false;
+    for (const Use& u : it->second) {
+      if (u.job == job) continue;
+      shared = true;
+      laggers_.push_back(u.job);
+    }
+    fresh += shared;
+  }
+  last_batch_ = n;
+  if (fresh == 0 || owed_.size() + fresh <= Window(n, pinned)) return grant(false);
+  // The job furthest behind among those it would lead always moves: with queues decided in
+  // different rounds each job's batch may mix owed and fresh samples, and holding every one of
+  // them would deadlock.
+  bool furthest_behind = true;
+  for (const Job* lagger : laggers_) {
+    if (lagger->behind > job->behind) {
+      furthest_behind = false;
+      break;
+    }
+  }
+  if (furthest_behind) return grant(false);
+  // Lift for a job whose laggers are slower by nature: each waits on its own client.
+  bool all_bound = true;
+  for (const Job* lagger : laggers_) {
+    const double fraction =
+        lagger->observed_time > 0 ? lagger->bound_time / lagger->observed_time : 0.0;
+    if (fraction < options_.lift_fraction) {
+      all_bound = false;
+      break;
+    }
+  }
+  if (all_bound) return grant(true);
+  if (!job->holding) {
+    job->holding = true;
+    job->held_since = now_;
+    ++holds_;
+  }
+  return false;
+}
+
+PacingStats Scheduler::pacing() const {
+  PacingStats p;
+  p.enabled = options_.pacing;
+  p.capacity = capacity_;
+  uint64_t prefetch = 0;
+  for (const auto& [id, job] : jobs_) prefetch = std::max(prefetch, job->prefetch);
+  p.window = capacity_ > 0 ? Window(last_batch_, last_pinned_) : 0;
+  p.owed = owed_.size();
+  p.lookahead = EffectiveLookahead();
+  p.derived_lookahead = options_.lookahead == 0;
+  p.holds = holds_;
+  p.lifts = lifts_;
+  return p;
 }
 
 }  // namespace carpool

@@ -47,6 +47,10 @@ class RefCountSink {
   virtual void AddRefAll(const Roaring& set, int64_t delta) {
     for (uint32_t s : set) AddRef(s, delta);
   }
+  // Decided-queue entries holding the sample: +1 per decision, -1 per delivery or removal. The
+  // cache evicts a sample no queue holds before one that some job has decided (it is needed soon).
+  // Default: ignored.
+  virtual void AddDecided(SampleId /*sample*/, int64_t /*delta*/) {}
 };
 
 // Forwards reference counts to anything with `AddRef(uint32_t, int64_t)`: cache::CacheIndex (the
@@ -56,6 +60,9 @@ class RefCountForwarder : public RefCountSink {
  public:
   explicit RefCountForwarder(Target* target) : target_(target) {}
   void AddRef(SampleId sample, int64_t delta) override { (void)target_->AddRef(sample, delta); }
+  void AddDecided(SampleId sample, int64_t delta) override {
+    (void)target_->AddDecided(sample, delta);
+  }
 
  private:
   Target* target_;
@@ -68,13 +75,35 @@ struct Decision {
 };
 
 struct SchedulerOptions {
-  uint64_t seed = 1;          // the sampling tree's generator
-  uint64_t lookahead = 1024;  // L, in samples; at least 1
+  uint64_t seed = 1;  // the sampling tree's generator
+  // L, in samples. 0: derived (DerivedLookahead): the pacing window plus twice the largest
+  // prefetch depth, so that jobs inside the window never get masked from a round.
+  uint64_t lookahead = 0;
   // Time constant of the rate measure, in clock units: deliveries older than a few of these no
   // longer matter.
   double rate_time_constant = 10.0;
   // Assumed rate (samples per clock unit) of a new job when no job has been measured yet.
   double prior_rate = 1.0;
+  // Coupled pacing (docs/scheduler.md "Pacing"): a job may not be the first to take samples that
+  // other jobs still have to deliver while those owed samples would outgrow the window.
+  bool pacing = true;
+  // The pacing lifts for a job whose every lagging sharer waits on its own client (no free batch
+  // slot) at least this fraction of the time, measured over `bound_time_constant`: the laggers
+  // are slower by nature, and the server has slack to prepare their samples again.
+  double lift_fraction = 0.5;
+  double bound_time_constant = 2.0;  // clock units
+};
+
+// The pacing's state, for status and /metrics.
+struct PacingStats {
+  bool enabled = false;
+  uint64_t capacity = 0;   // cache capacity in samples (0: not known yet, no pacing)
+  uint64_t window = 0;     // owed samples allowed: capacity - pinned, at least one batch
+  uint64_t owed = 0;       // samples delivered to some job and still queued for another
+  uint64_t lookahead = 0;  // L in force (derived or the override)
+  bool derived_lookahead = false;
+  uint64_t holds = 0;      // batches refused by MayTake (each refusal counted once per batch)
+  uint64_t lifts = 0;      // batches let go past the window for a consistently faster job
 };
 
 class Scheduler : public cache::NextUseOracle {
@@ -88,6 +117,8 @@ class Scheduler : public cache::NextUseOracle {
     uint64_t prefetch = 0;
     double rate = 0;        // samples per clock unit
     bool measured = false;  // false: `rate` is the prior
+    double held = 0;        // clock units spent held back by the pacing
+    double client_bound = 0;  // fraction of recent time waiting on its own client
   };
 
   // REQUIRES: `sink` (may be null: counts are not reported) outlives the scheduler.
@@ -133,6 +164,24 @@ class Scheduler : public cache::NextUseOracle {
   // True once every epoch is decided and delivered; the engine then removes the job.
   bool Finished(JobId job) const;
 
+  // Pacing. The cache's capacity in samples (0: unknown, no pacing); the engine derives it from
+  // the cache bytes and the mean prepared sample. O(1).
+  void SetCapacity(uint64_t samples);
+  // Whether the job may take (assemble and then deliver) its first `n` queued decisions now, with
+  // `pinned` cache samples pinned by batches in flight. True when pacing is off, the capacity is
+  // unknown, none of them would become owed (no other queue holds them, or another job already
+  // took them), the owed samples stay within the window, the job is at least as far behind
+  // (queued samples others took) as each job it would lead, or those jobs are all client-bound. A refusal starts (or continues) the job's held time; a grant ends it.
+  // Cost: O(n x queue entries of those samples).
+  bool MayTake(JobId job, size_t n, uint64_t pinned, double now);
+  // Whether the job is waiting on its own client (every batch slot full) since the last call;
+  // feeds the decayed client-bound fraction that lifts the pacing. O(1).
+  void NoteClientBound(JobId job, bool bound, double now);
+  PacingStats pacing() const;
+  // The look-ahead in force: the override, or the window plus twice the largest prefetch depth
+  // (at least 64). O(jobs).
+  uint64_t EffectiveLookahead() const;
+
   // Earliest deadline first: appends to `out` up to `k` distinct queued samples for which
   // `ready(sample)` is false (not cached, not in flight), by deadline = position in a job's queue
   // / that job's rate (the earliest over jobs). Looks at most at `horizon` queue entries in all.
@@ -155,7 +204,7 @@ class Scheduler : public cache::NextUseOracle {
   size_t size() const { return jobs_.size(); }
   std::vector<JobId> Jobs() const;  // ascending ids
   Result<JobStats> Stats(JobId job) const;
-  uint64_t lookahead() const { return options_.lookahead; }
+  uint64_t lookahead() const { return EffectiveLookahead(); }
   uint64_t rounds() const { return rounds_; }
   const SamplingTree& tree() const { return tree_; }
 
@@ -176,6 +225,8 @@ class Scheduler : public cache::NextUseOracle {
   void AddUse(SampleId sample, Job* job, uint64_t seq);
   void DropUse(SampleId sample, const Job* job, uint64_t seq);
   void Report(SampleId sample, int64_t delta) const;
+  void ReportDecided(SampleId sample, int64_t delta) const;
+  uint64_t Window(uint64_t batch, uint64_t pinned) const;
   void ReportAll(const Roaring& set, int64_t delta) const;
 
   SchedulerOptions options_;
@@ -183,10 +234,18 @@ class Scheduler : public cache::NextUseOracle {
   SamplingTree tree_;
   std::map<JobId, std::unique_ptr<Job>> jobs_;           // ordered: reproducible rounds
   std::unordered_map<SampleId, std::vector<Use>> uses_;  // samples held by some queue
+  // Owed samples: delivered to some job and still in another's queue (they must stay cached for
+  // the sharing to pay off).
+  std::unordered_map<SampleId, uint32_t> owed_;  // sample -> 1 (a set with O(1) erase)
+  uint64_t capacity_ = 0;
+  uint64_t last_pinned_ = 0;
+  uint64_t last_batch_ = 0;  // of the latest MayTake, for the window shown
+  uint64_t holds_ = 0, lifts_ = 0;
   uint64_t rounds_ = 0;
   double now_ = 0;
   // Scratch space of Tick.
   std::vector<JobId> participants_;
+  std::vector<const Job*> laggers_;  // MayTake's
   std::vector<Assignment> round_;
 };
 

@@ -138,6 +138,7 @@ void InstallCrashReport() {
 int Serve(int argc, char** argv) {
   std::string state_dir, socket, cache_size = "1GiB", policy = "refcnt", lease = "2s";
   std::string gpus = "all", gpu_cache_size = "2GiB", metrics, rank_join_timeout = "60s", group;
+  std::string pacing = "on";
   uint32_t workers = 0, max_jobs = ControlPlaneOptions{}.max_jobs;
   uint64_t lookahead = kDefaultLookahead, seed = 1, partition_seed = kDefaultPartitionSeed;
   po::options_description opts;
@@ -151,7 +152,13 @@ int Serve(int argc, char** argv) {
       "cache-size", po::value(&cache_size),
       "shared-memory sample cache, e.g. 512MiB or 8GiB; 0 = no cache (default 1GiB)")(
       "workers", po::value(&workers), "preparation/assembly threads (default: number of cores)")(
-      "lookahead", po::value(&lookahead), "look-ahead L in samples (default 1024)")(
+      "lookahead", po::value(&lookahead),
+      "look-ahead L in samples; overrides the derived one: the pacing window (the cache's "
+      "capacity in samples less the pinned ones) plus twice the largest prefetch (default: "
+      "derived, shown by `carpool status`)")(
+      "pacing", po::value(&pacing),
+      "on | off: hold a job that leads the jobs sharing its samples by more than the cache can "
+      "hold for them (docs/scheduler.md); off is for comparison (default on)")(
       "policy", po::value(&policy), "eviction policy: refcnt | next-use | lru (default refcnt)")(
       "seed", po::value(&seed), "the sampling tree's seed (default 1)")(
       "lease", po::value(&lease), "remove a job silent this long, e.g. 2s or 500ms (default 2s)")(
@@ -193,7 +200,16 @@ int Serve(int argc, char** argv) {
   if (!join_ms.ok()) return Fail(join_ms.status());
   eo.rank_join_timeout = *join_ms;
   eo.partition_seed = partition_seed;
-  if (lookahead == 0) return Fail(Status::InvalidArgument("--lookahead must be at least 1"));
+  if (vm.count("lookahead") != 0 && lookahead == 0) {
+    return Fail(Status::InvalidArgument(
+        "--lookahead 0: the look-ahead must be at least 1 sample; leave the flag out for the "
+        "derived one"));
+  }
+  if (pacing != "on" && pacing != "off") {
+    return Fail(Status::InvalidArgument(
+        fmt::format("--pacing \"{}\": use on or off", pacing)));
+  }
+  eo.pacing = pacing == "on";
   if (workers > kMaxWorkers) {
     return Fail(Status::InvalidArgument(fmt::format(
         "--workers {} is more than the limit of {}; 0 means one per core", workers, kMaxWorkers)));
@@ -273,12 +289,13 @@ int Serve(int argc, char** argv) {
   Result<std::unique_ptr<ControlPlane>> plane = ControlPlane::Start(co, engine->get());
   if (!plane.ok()) return Fail(plane.status());
   log::Info(
-      "server {} listening on {} (cache {} bytes{}, policy {}, {} workers, look-ahead {}, lease "
-      "{} ms, GPUs: {})",
+      "server {} listening on {} (cache {} bytes{}, policy {}, {} workers, look-ahead {}, pacing "
+      "{}, lease {} ms, GPUs: {})",
       eo.instance, *socket_path, eo.cache_bytes,
       (*engine)->cache_segment().empty() ? ", disabled"
                                          : ", segment " + (*engine)->cache_segment(),
-      policy, eo.workers == 0 ? std::thread::hardware_concurrency() : eo.workers, eo.lookahead,
+      policy, eo.workers == 0 ? std::thread::hardware_concurrency() : eo.workers,
+      eo.lookahead == 0 ? std::string("derived") : std::to_string(eo.lookahead), pacing,
       lease_ms->count(), eo.gpus.empty() ? "none" : fmt::format("{}", fmt::join(eo.gpus, ",")));
 
   int signal = 0;

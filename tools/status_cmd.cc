@@ -59,16 +59,28 @@ const Json& Items(const Json& obj, const char* key) {
 }
 
 void PrintTable(const Json& s) {
-  fmt::print("server {}  up {} s  workers {}  look-ahead {}  policy {}\n", Str(s, "instance"),
-             Str(s, "uptime_s"), Str(s, "workers"), Str(s, "lookahead"), Str(s, "policy"));
-  fmt::print("\n{:>4} {:<20} {:>6} {:>7} {:>9} {:>10} {:>7} {:>11} {:>8}\n", "job", "dataset",
-             "batch", "epoch", "progress", "rate/s", "queue", "deliveries", "skipped");
+  const Json& pacing = Field(s, "pacing");
+  fmt::print("server {}  up {} s  workers {}  look-ahead {}{}  policy {}\n", Str(s, "instance"),
+             Str(s, "uptime_s"), Str(s, "workers"), Str(s, "lookahead"),
+             Field(pacing, "derived_lookahead").is_boolean() &&
+                     Field(pacing, "derived_lookahead").get<bool>()
+                 ? " (derived)"
+                 : "",
+             Str(s, "policy"));
+  fmt::print("pacing {}: window {} samples of {} in the cache, {} owed, {} holds, {} lifts\n",
+             Field(pacing, "enabled").is_boolean() && Field(pacing, "enabled").get<bool>() ? "on"
+                                                                                           : "off",
+             Str(pacing, "window"), Str(pacing, "capacity_samples"), Str(pacing, "owed"),
+             Str(pacing, "holds"), Str(pacing, "lifts"));
+  fmt::print("\n{:>4} {:<20} {:>6} {:>7} {:>9} {:>10} {:>7} {:>11} {:>8} {:>7}\n", "job",
+             "dataset", "batch", "epoch", "progress", "rate/s", "queue", "deliveries", "skipped",
+             "held/s");
   for (const Json& j : Items(s, "jobs")) {
-    fmt::print("{:>4} {:<20} {:>6} {:>7} {:>8.1f}% {:>10} {:>7} {:>11} {:>8}\n", Str(j, "id"),
-               Str(j, "dataset"), Str(j, "batch_size"),
+    fmt::print("{:>4} {:<20} {:>6} {:>7} {:>8.1f}% {:>10} {:>7} {:>11} {:>8} {:>7.2f}\n",
+               Str(j, "id"), Str(j, "dataset"), Str(j, "batch_size"),
                fmt::format("{}/{}", Number(j, "epoch") + 1, Str(j, "epochs")),
                100 * Number(j, "progress"), Str(j, "rate"), Str(j, "queue_depth"),
-               Str(j, "deliveries"), Str(j, "skipped"));
+               Str(j, "deliveries"), Str(j, "skipped"), Number(j, "held_s"));
   }
   if (Items(s, "jobs").empty()) fmt::print("   (no jobs)\n");
   const Json& c = Field(s, "cache");
