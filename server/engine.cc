@@ -277,6 +277,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
       joined = scheduler_->AddJob(job->sched, dataset->info.ids, request.epochs, prefetch_samples,
                                   job->created,
                                   {resume->epoch, request.resuming() ? &resume->remaining : nullptr});
+      if (joined.ok()) scheduler_->SetBatch(job->sched, request.batch_size);
     }
     if (!joined.ok()) return joined;  // give_back, after this lock
     log::Info("job {}: dataset \"{}\" ({} samples), batch {}, {} epoch(s), transform \"{}\", {}, "
@@ -557,10 +558,12 @@ void Engine::FeedPreparation() {
   if (prep_outstanding_ >= cap) return;
   // Look no further ahead than the cache holds: what is prepared beyond that would be evicted
   // before its use (estimated from the bytes of the samples prepared so far).
+  // The capacity counts slots as the allocator rounds them (UpdateCapacity), not payload bytes:
+  // at 196,608-byte samples a slot takes 262,144, and a horizon from the payload overfilled the
+  // cache by a third.
   size_t horizon = SIZE_MAX;
-  if (preparations_ > 0) {
-    const uint64_t mean_bytes = prepared_bytes_ / preparations_ + 64;
-    horizon = std::max<uint64_t>(1, options_.cache_bytes / mean_bytes);
+  if (const uint64_t capacity = scheduler_->capacity(); capacity > 0) {
+    horizon = capacity;
   }
   // Prepare ahead only into room that holds no decided sample: past that the cache would evict
   // samples that jobs have decided (the laggers' owed ones first) to hold samples needed later.

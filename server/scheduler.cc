@@ -21,6 +21,7 @@ struct Scheduler::Job {
   uint32_t epochs = 0;
   uint32_t epoch = 0;  // the epoch whose R is in the tree
   uint64_t prefetch = 0;
+  uint64_t batch = 0;  // SetBatch; 0: decide the whole prefetch depth eagerly
   Roaring dataset;  // D: the next epoch's R, for the next use of samples it has consumed
   uint64_t dataset_size = 0;
   std::deque<Decision> queue;
@@ -153,7 +154,7 @@ uint64_t Scheduler::Tick(double now, std::vector<Assignment>* decided) {
   for (;;) {
     bool triggered = false;
     for (const auto& [id, job] : jobs_) {
-      if (job->queue.size() < job->prefetch && HasWork(*job)) triggered = true;
+      if (job->queue.size() < Trigger(*job) && HasWork(*job)) triggered = true;
     }
     if (!triggered) break;
     participants_.clear();
@@ -374,6 +375,20 @@ Result<Scheduler::JobStats> Scheduler::Stats(JobId id) const {
 }
 
 void Scheduler::SetCapacity(uint64_t samples) { capacity_ = samples; }
+
+void Scheduler::SetBatch(JobId id, uint64_t batch) {
+  if (Job* job = Find(id)) job->batch = batch;
+}
+
+uint64_t Scheduler::Trigger(const Job& job) const {
+  if (job.batch == 0 || !options_.pacing) return job.prefetch;
+  // Decide when needed, not eagerly: a job that decides its whole prefetch depth alone (the
+  // first to connect, or the first into an epoch) takes samples its peers must draw later, on
+  // their own. Deep decisions pay only where the cache can hold what is prepared ahead.
+  if (capacity_ == 0) return std::min(job.prefetch, job.batch);
+  const uint64_t share = capacity_ / (2 * std::max<size_t>(1, jobs_.size()));
+  return std::min(job.prefetch, std::max(job.batch, share));
+}
 
 uint64_t Scheduler::Window(uint64_t batch, uint64_t pinned) const {
   // Room for the owed samples: what the pins leave, less the room the leader's next batch needs

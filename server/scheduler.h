@@ -167,6 +167,11 @@ class Scheduler : public cache::NextUseOracle {
   // Pacing. The cache's capacity in samples (0: unknown, no pacing); the engine derives it from
   // the cache bytes and the mean prepared sample. O(1).
   void SetCapacity(uint64_t samples);
+  // The job's batch size. With pacing on, the trigger depth becomes
+  // clamp(capacity / (2 x jobs), batch, prefetch), and one batch while the capacity is unknown,
+  // instead of the whole prefetch depth. O(log jobs).
+  void SetBatch(JobId job, uint64_t batch);
+  uint64_t capacity() const { return capacity_; }
   // Whether the job may take (assemble and then deliver) its first `n` queued decisions now, with
   // `pinned` cache samples pinned by batches in flight. True when pacing is off, the capacity is
   // unknown, none of them would become owed (no other queue holds them, or another job already
@@ -218,6 +223,7 @@ class Scheduler : public cache::NextUseOracle {
 
   Job* Find(JobId job) const;
   bool HasWork(const Job& job) const;
+  uint64_t Trigger(const Job& job) const;  // the queue depth below which Tick runs rounds
   // Starts the job's next epoch when its R is empty and it has epochs left.
   void MaybeResetEpoch(Job& job);
   // Recomputes every job's rate at the clock `now_`; unmeasured jobs get the measured mean.
