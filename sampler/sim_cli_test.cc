@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 namespace carpool {
 namespace {
@@ -115,6 +117,61 @@ TEST(SimCliTest, SpeedAboveOneNeedsCacheMode) {
   Output bad = RunCarpool("sim --job a=0:100 --cache 10 --policy fifo");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.text.find("\"fifo\""), std::string::npos) << bad.text;
+}
+
+// The timing flags reach the simulation and the summary: four jobs of one dataset that drift
+// apart on a server that keeps up with one of them collapse without pacing and share with it.
+TEST(SimCliTest, CacheModeReportsTimingAndPacing) {
+  const std::string jobs =
+      "sim --job a=0:1000 --job b=0:1000 --job c=0:1000 --job d=0:1000 --epochs 2 --cache 50 "
+      "--jitter 0.5 --jitter-period 50 --prep-capacity 1.2 --batch 32 --json --pacing ";
+  double ratio[2] = {0, 0};
+  for (int on = 0; on < 2; ++on) {
+    Output o = RunCarpool(jobs + (on ? "on" : "off"));
+    ASSERT_EQ(o.exit_code, 0) << o.text;
+    const nlohmann::json doc = nlohmann::json::parse(o.text);
+    EXPECT_EQ(doc["pacing"], on ? "on" : "off");
+    EXPECT_EQ(doc["jitter"].get<double>(), 0.5);
+    EXPECT_EQ(doc["jitter_period"].get<int>(), 50);
+    EXPECT_EQ(doc["prep_capacity"].get<double>(), 1.2);
+    EXPECT_EQ(doc["batch"].get<int>(), 32);
+    EXPECT_TRUE(doc["lookahead_derived"].get<bool>());
+    EXPECT_GE(Field(o.text, "/lookahead"), 64) << "the derived L is at least 64";
+    EXPECT_GE(Field(o.text, "/window"), 32) << "at least one batch";
+    EXPECT_EQ(Field(o.text, "/deliveries"), 8000);
+    ratio[on] = Field(o.text, "/preparations_per_delivery");
+    EXPECT_DOUBLE_EQ(ratio[on], Field(o.text, "/preparations") / 8000);
+    EXPECT_LE(Field(o.text, "/belady_preparations"), Field(o.text, "/preparations"));
+    double held = 0;
+    for (const auto& j : doc["jobs"]) {
+      held += j["held_ticks"].get<double>();
+      EXPECT_GT(j["finish_tick"].get<double>(), 0);
+    }
+    EXPECT_EQ(held > 0, on == 1) << o.text;
+  }
+  EXPECT_GT(ratio[0], 0.45) << "pacing off";
+  EXPECT_LE(ratio[1], 0.35) << "pacing on";
+}
+
+TEST(SimCliTest, BadTimingFlagsAreOneClearLine) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--jitter nan", "use 0 for exact speeds"},
+      {"--jitter=-1", "use 0 for exact speeds"},
+      {"--prep-capacity=-2", "use 0 for unlimited"},
+      {"--prep-capacity nan", "use 0 for unlimited"},
+      {"--jitter-period 0", "use 1"},
+      {"--pacing maybe", "use on or off"},
+  };
+  for (const auto& [flag, fix] : cases) {
+    Output o = RunCarpool(std::string("sim --job a=0:100 ") + flag);
+    EXPECT_NE(o.exit_code, 0) << flag;
+    std::string value = flag;  // the message names the flag and its value: "--jitter -1"
+    std::replace(value.begin(), value.end(), '=', ' ');
+    if (value.find("maybe") != std::string::npos) value = "--pacing \"maybe\"";
+    EXPECT_NE(o.text.find(value), std::string::npos) << o.text;
+    EXPECT_NE(o.text.find(fix), std::string::npos) << o.text;
+    EXPECT_EQ(o.text.find('\n'), o.text.size() - 1) << o.text;
+  }
 }
 
 // A sweep across 3 nodes: every epoch of every job is covered once over the nodes, and the nodes

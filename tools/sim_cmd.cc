@@ -1,6 +1,7 @@
 // `carpool sim`: the sampler without I/O. Builds the jobs from --job specs (id ranges, or datasets
 // of the catalog), runs sampler/sim.h's loop and prints the summary, optionally a CSV trace.
-// With --cache/--policy/--lookahead/--prefetch it runs the scheduler and cache instead
+// With a cache option (--cache, --policy, --lookahead, --prefetch, --jitter, --jitter-period,
+// --prep-capacity, --batch, --pacing, --tick-trace) it runs the scheduler and cache instead
 // (tools/sim_cache_mode.h).
 #include <fmt/core.h>
 
@@ -35,13 +36,16 @@ constexpr std::string_view kUsage = R"(usage: carpool sim --job NAME=SPEC [--job
 Runs the dependent sampler alone (no I/O): each job joins at its START round, takes part in a
 round with probability SPEED, runs E epochs and leaves.
 
-With a cache (any of --cache, --policy, --lookahead, --prefetch) it runs the server's scheduler
-and cache index in simulated ticks instead: a job joins at tick START and consumes SPEED samples
-per tick (any SPEED > 0; fractions accumulate); the scheduler keeps each job up to L decided
-samples ahead, running rounds when a queue falls below the prefetch depth; every delivery is a
-cache lookup, and a miss is a preparation. The summary adds preparations, hits, evictions and
-belady_preparations (the offline optimum on the same deliveries). --cache 0 is the no-sharing
-baseline: every delivery is a preparation.
+With a cache (any of the cache-mode options below) it runs the server's scheduler and cache
+index in simulated ticks instead: a job joins at tick START and consumes SPEED samples per tick
+(any SPEED > 0; fractions accumulate); the scheduler keeps each job up to L decided samples ahead,
+running rounds when a queue falls below the prefetch depth; every delivery is a cache lookup, and
+a miss is a preparation. The summary adds preparations, hits, evictions and belady_preparations
+(the offline optimum on the same deliveries). --cache 0 is the no-sharing baseline: every
+delivery is a preparation. To model a server that falls behind: --jitter varies each job's
+speed (a new factor every --jitter-period ticks), --prep-capacity limits the preparations per
+tick (a miss beyond it waits, and idle capacity prepares ahead), and --pacing on (the default)
+lets the scheduler hold a job that leads its sharers by more than the cache can keep for them.
 
 With --nodes K every job spans K nodes, one server each (docs/ddp.md): node k runs the jobs on
 their parts of the datasets (hash partition, --partition-seed) with its own coins. The summary
@@ -143,7 +147,7 @@ struct FileCloser {
 int Sim(int argc, char** argv) {
   std::vector<std::string> job_args;
   uint64_t epochs = 1, seed = 1;
-  std::string trace_path, state_dir, policy = "next-use";
+  std::string trace_path, state_dir, policy = "next-use", pacing = "on";
   CacheModeOptions cache_mode;
   uint32_t nodes = 1;
   uint64_t partition_seed = kDefaultPartitionSeed;
@@ -161,9 +165,23 @@ int Sim(int argc, char** argv) {
   opts.add_options()("cache", po::value(&cache_mode.cache),
                      "cache mode: cache capacity in samples (0: no cache)")(
       "policy", po::value(&policy), "cache mode: eviction policy refcnt|next-use|lru (next-use)")(
-      "lookahead", po::value(&cache_mode.lookahead), "cache mode: look-ahead L in samples (1024)")(
+      "lookahead", po::value(&cache_mode.lookahead),
+      "cache mode: look-ahead L in samples; 0: derived from the cache and the jobs (0)")(
       "prefetch", po::value(&cache_mode.prefetch),
-      "cache mode: prefetch depth in samples that triggers rounds (4)");
+      "cache mode: prefetch depth in samples that triggers rounds (4)")(
+      "jitter", po::value(&cache_mode.jitter),
+      "cache mode: a job's speed is multiplied by max(0, 1 + SIGMA N(0,1)), a new factor every "
+      "--jitter-period ticks, drawn from --seed (0: exact speeds)")(
+      "jitter-period", po::value(&cache_mode.jitter_period),
+      "cache mode: ticks each speed factor lasts: a job slowed for a while (1)")(
+      "prep-capacity", po::value(&cache_mode.prep_capacity),
+      "cache mode: preparations per tick; a miss beyond it waits, leftovers prepare ahead (0: "
+      "unlimited)")("batch", po::value(&cache_mode.batch),
+                    "cache mode: samples per batch, taken and pinned together (0: a job's "
+                    "deliveries of one tick)")(
+      "pacing", po::value(&pacing), "cache mode: on | off, the scheduler's coupled pacing (on)")(
+      "tick-trace", po::value(&cache_mode.tick_trace_path),
+      "cache mode: write tick,job,delivered,held,starved,queued,owed,credit CSV to FILE");
   po::variables_map vm;
   if (auto rc = ParseCommandLine(argc, argv, "carpool sim", kUsage, opts, &vm)) return *rc;
   if (job_args.empty()) {
@@ -172,8 +190,11 @@ int Sim(int argc, char** argv) {
                "b=500:1500'\n");
     return 2;
   }
-  const bool with_cache =
-      vm.count("cache") || vm.count("policy") || vm.count("lookahead") || vm.count("prefetch");
+  bool with_cache = false;
+  for (const char* flag : {"cache", "policy", "lookahead", "prefetch", "jitter", "jitter-period",
+                           "prep-capacity", "batch", "pacing", "tick-trace"}) {
+    with_cache |= vm.count(flag) != 0;
+  }
   Result<std::vector<SimJob>> jobs = BuildJobs(
       job_args, seed, state_dir, with_cache ? std::numeric_limits<double>::infinity() : 1.0);
   if (!jobs.ok()) return Fail(jobs.status());
@@ -192,6 +213,10 @@ int Sim(int argc, char** argv) {
   if (with_cache) {
     Result<cache::EvictionPolicy> p = cache::ParseEvictionPolicy(policy);
     if (!p.ok()) return Fail(p.status());
+    if (pacing != "on" && pacing != "off") {
+      return Fail(Status::InvalidArgument(fmt::format("--pacing \"{}\": use on or off", pacing)));
+    }
+    cache_mode.pacing = pacing == "on";
     cache_mode.policy = *p;
     cache_mode.epochs = epochs;
     cache_mode.seed = seed;
