@@ -21,6 +21,9 @@ once per side (--sides), back to back:
             Its packages: scripts/peer_wheels.sh.
 Also measured in the run: the GPU's training rate on synthetic on-GPU input, and the server's
 prepare rate (one job that drops its batches). They give each scenario's physical limit.
+The server's cache and GPU area are a fraction of the prepared set (--cache-fraction, default
+1.0 and 0.1): the carpool side runs each scenario once per fraction, a row each; the other sides
+have no such cache, so they run once per scenario and their figures repeat in its other rows.
 docs/benchmarks.md ("Issue 9: GPU end to end") gives the method and the columns; scripts/gpu_bench.sh
 runs this on the GPU machine from the bundle. --smoke: 200 images, CPU, a tiny model, batch 8, to
 test the orchestration without a GPU (the carpool side runs only where a carpool build exists)."""
@@ -46,6 +49,7 @@ sys.path.insert(0, str(HERE))
 # After PYTHONPATH: the bundle's package (scripts/gpu_bench.sh) wins over the source tree's.
 sys.path.append(str(HERE.parent / "client" / "python"))
 
+import bench_cache  # noqa: E402
 from bench_torchvision import imagenet_train_transform, job_workers  # noqa: E402
 
 PREPARE = "resize=256,crop=256"
@@ -752,17 +756,20 @@ class Bench:
                 state_dir=sd)
 
     # -- sides
-    def server(self, label, gpus=None):
+    def server(self, label, gpus=None, cache=None):
+        """A carpool server with `cache` (one of args.caches; default the first). Flags left at
+        None (--lookahead unless given) are not passed: the server's defaults apply."""
         a = self.args
-        flags = {"workers": a.workers, "cache_size": a.cache_size, "lookahead": a.lookahead}
+        cache = cache or a.caches[0]
+        flags = {"workers": a.workers, "cache_size": cache["cache_size"], "lookahead": a.lookahead}
         if self.gpu is not None:
-            flags.update(gpus=gpus or str(self.gpu), gpu_cache_size=a.gpu_cache_size)
+            flags.update(gpus=gpus or str(self.gpu), gpu_cache_size=cache["gpu_cache_size"])
         return self.carpool.Server(self.state_dir, log=str(self.log_dir / f"server-{label}.log"),
                                    **flags)
 
-    def carpool_run(self, label, specs, **kw):
+    def carpool_run(self, label, specs, cache=None, **kw):
         """run_jobs against a fresh server; adds the server's deltas to the aggregate."""
-        with self.server(label) as srv:
+        with self.server(label, cache=cache) as srv:
             for s in specs:
                 s["socket"] = srv.socket
             snap = {}
@@ -940,45 +947,61 @@ class Bench:
         return share, min(self.prep_rate * share, gpu * work)
 
     def scenario(self, name):
+        """Every side at the first cache (row `name`), then the carpool side at each other cache
+        (row `name@10%`, ...), whose other sides are the first row's (they have no such cache)."""
         a = self.args
         what, keys, late, slow, _ = SCENARIOS[name]
         batches = job_batches(name, a.batch_size)
         slow_kw = {"repeat": 2} if a.slow_mode == "twice" else {"sleep": True}
         kws = [dict(slow_kw if i in slow else {}, batch_size=b) for i, b in enumerate(batches)]
         share, limit = self.limit(keys, [kw.get("repeat", 1) for kw in kws], batches)
-        row = {"what": what, "jobs": len(keys), "datasets": keys, "late": list(late),
-               "slow": list(slow), "batches": list(batches), "share": share,
-               "limit_images_per_s": limit}
-        self.report["scenarios"][name] = row
-        for side in a.sides:
-            if side == "carpool" and not self.carpool:
-                continue
-            specs = [self.spec(side, i, k, **kw) for i, (k, kw) in enumerate(zip(keys, kws))]
-            t = time.monotonic()
-            try:
-                agg, _ = (self.carpool_run(name, specs, late=late) if side == "carpool"
-                          else self.tensorsocket_run(specs, late=late) if side == "tensorsocket"
-                          else self.baseline_run(specs, late=late))
-            except (Exception, SystemExit) as e:  # one broken side must not lose the others
-                row[side] = {"error": str(e)}
-                self.errors.append(f"{name} {side}: {e}")
-                print(f"{name:8} {side:8} FAILED: {e}", flush=True)
-                continue
-            for r in agg["jobs"]:
-                r["start_offset_s"] = r["start"] - agg["start"]
-            row[side] = agg
-            waits = [r.get("wait_fraction") for r in agg["jobs"] if r.get("wait_fraction")]
-            print(f"{name:8} {side:8} {agg['images']:7d} images {agg['wall_s']:6.1f} s "
-                  f"{agg['images_per_s']:8.0f} img/s ({time.monotonic() - t:.0f} s with start-up)"
-                  f"; jobs waited for data {100 * sum(waits) / max(1, len(waits)):.0f}% of the time",
-                  flush=True)
+        first = None
+        # Rows at other caches only where carpool runs: the others would be empty.
+        caches = a.caches if "carpool" in a.sides and self.carpool else a.caches[:1]
+        for cache in caches:
+            key = name if first is None else f"{name}@{cache['label']}"
+            row = {"what": what, "jobs": len(keys), "datasets": keys, "late": list(late),
+                   "slow": list(slow), "batches": list(batches), "share": share,
+                   "limit_images_per_s": limit, "cache": cache}
+            if first is not None:
+                row["peers_from"] = name
+            self.report["scenarios"][key] = row
+            for side in a.sides if first is None else ["carpool"]:
+                if side == "carpool" and not self.carpool:
+                    continue
+                specs = [self.spec(side, i, k, **kw) for i, (k, kw) in enumerate(zip(keys, kws))]
+                self.run_side(key, row, side, specs, late, cache)
+            peers = row if first is None else first
+            row["carpool_vs_baseline"] = ratio(row.get("carpool", {}).get("images_per_s"),
+                                               peers.get("baseline", {}).get("images_per_s"))
+            row["carpool_vs_limit"] = ratio(row.get("carpool", {}).get("images_per_s"), limit)
+            row["cpu_per_image_baseline_vs_carpool"] = ratio(
+                peers.get("baseline", {}).get("workers_cpu_ms_per_image"),
+                row.get("carpool", {}).get("server_cpu_ms_per_image"))
+            first = first or row
             self.save()
-        row["carpool_vs_baseline"] = ratio(row.get("carpool", {}).get("images_per_s"),
-                                           row.get("baseline", {}).get("images_per_s"))
-        row["carpool_vs_limit"] = ratio(row.get("carpool", {}).get("images_per_s"), limit)
-        row["cpu_per_image_baseline_vs_carpool"] = ratio(
-            row.get("baseline", {}).get("workers_cpu_ms_per_image"),
-            row.get("carpool", {}).get("server_cpu_ms_per_image"))
+
+    def run_side(self, key, row, side, specs, late, cache):
+        """One side of a scenario row into row[side]; a failure is recorded, not raised."""
+        t = time.monotonic()
+        try:
+            agg, _ = (self.carpool_run(key, specs, cache=cache, late=late) if side == "carpool"
+                      else self.tensorsocket_run(specs, late=late) if side == "tensorsocket"
+                      else self.baseline_run(specs, late=late))
+        except (Exception, SystemExit) as e:  # one broken side must not lose the others
+            row[side] = {"error": str(e)}
+            self.errors.append(f"{key} {side}: {e}")
+            print(f"{key:8} {side:8} FAILED: {e}", flush=True)
+            return
+        for r in agg["jobs"]:
+            r["start_offset_s"] = r["start"] - agg["start"]
+        row[side] = agg
+        waits = [r.get("wait_fraction") for r in agg["jobs"] if r.get("wait_fraction")]
+        at = f" ({cache['label']} cache)" if side == "carpool" else ""
+        print(f"{key:8} {side:8} {agg['images']:7d} images {agg['wall_s']:6.1f} s "
+              f"{agg['images_per_s']:8.0f} img/s{at} ({time.monotonic() - t:.0f} s with "
+              f"start-up); jobs waited for data {100 * sum(waits) / max(1, len(waits)):.0f}% of "
+              "the time", flush=True)
         self.save()
 
     def save(self):
@@ -1127,6 +1150,7 @@ def versus_best(rates, peers):
 
 # The scenario table: (header, value from (scenario row, carpool side, baseline side), format).
 COLUMNS = [
+    ("cache", lambda s, cp, bl: s["cache"]["label"], "s"),
     ("jobs", lambda s, cp, bl: s["jobs"], "d"),
     ("carpool img/s", lambda s, cp, bl: cp.get("images_per_s"), ".0f"),
     ("baseline img/s", lambda s, cp, bl: bl.get("images_per_s"), ".0f"),
@@ -1146,26 +1170,44 @@ COLUMNS = [
 ]
 
 
+def rows(r):
+    """The scenario rows, each row at another cache with its scenario's other sides (measured
+    once, in its first row) filled in."""
+    out = {}
+    for key, s in r["scenarios"].items():
+        base = r["scenarios"].get(s.get("peers_from"), {})
+        out[key] = dict({k: v for k, v in base.items() if k in SIDE_NAMES and k != "carpool"},
+                        **s)
+    return out
+
+
 def markdown(r):
     c = r["config"]
+    scenarios = rows(r)
     lines = [f"{c['count']} JPEGs 500x375, prepare {PREPARE}, {r.get('device')} (torch "
              f"{r.get('torch')}), {r['cores']} cores, {c['workers']} loader workers, batch "
              f"{c['batch_size']}, {c['epochs']} epoch(s) (at most {c['max_seconds']} s), model "
              f"{c['model']}, slow job: {c['slow_mode']}, run {r.get('run_s', 0):.0f} s",
              "Versions: " + ", ".join(f"{k} {v}" for k, v in r.get("versions", {}).items() if v),
              f"GPU training rate alone: {fmt(r.get('gpu_rate'))} img/s; server prepare rate: "
-             f"{fmt(r.get('prepare_rate_images_per_s'))} img/s", "",
+             f"{fmt(r.get('prepare_rate_images_per_s'))} img/s",
+             "carpool server: " + (f"look-ahead {c['lookahead']}" if c["lookahead"] else
+                                   "its own look-ahead") + "; "
+             f"{bench_cache.describe_set(c['prepared_set'])}; rows at " + "; ".join(
+                 x["description"] for x in c["caches"]) +
+             " (the other sides have no such cache: measured once per scenario, repeated in its "
+             "rows at other caches)", "",
              "| scenario | " + " | ".join(h for h, _, _ in COLUMNS) + " |",
              "|---" * (len(COLUMNS) + 1) + "|"]
-    for name, s in r["scenarios"].items():
+    for name, s in scenarios.items():
         cp, bl = s.get("carpool", {}), s.get("baseline", {})
         lines.append(f"| {name}: {s['what']} | " + " | ".join(
             fmt(get(s, cp, bl), f) for _, get, f in COLUMNS) + " |")
-    sides = [x for x in SIDE_NAMES if any(x in s for s in r["scenarios"].values())]
+    sides = [x for x in SIDE_NAMES if any(x in s for s in scenarios.values())]
     names = [SIDE_NAMES[x] for x in sides]
     lines += ["", f"| scenario | job | dataset | start s {' / '.join(names)} | " +
               " | ".join(f"{n} img/s" for n in names) + " |", "|---" * (4 + len(sides)) + "|"]
-    for name, s in r["scenarios"].items():
+    for name, s in scenarios.items():
         for j, key in enumerate(s["datasets"]):
             js = [(s.get(x, {}).get("jobs") or [{}] * s["jobs"])[j] for x in sides]
             lines.append(f"| {name} | {j} | {key} | "
@@ -1176,7 +1218,7 @@ def markdown(r):
         lines += ["", "| scenario | " + " | ".join(f"{n} img/s" for n in names) +
                   " | carpool ÷ best peer | GPU util % " + " / ".join(names) + " |",
                   "|---" * (len(sides) + 3) + "|"]
-        for name, s in r["scenarios"].items():
+        for name, s in scenarios.items():
             rates = {x: s.get(x, {}).get("images_per_s") for x in sides}
             lines.append(f"| {name} | " + " | ".join(
                 fmt(rates[x]) if "error" not in s.get(x, {}) else "failed" for x in sides) +
@@ -1185,7 +1227,7 @@ def markdown(r):
         lines += ["", "From the first go to the last end, first batches and start-up included:",
                   "", "| scenario | " + " | ".join(f"{n} img/s" for n in names) +
                   " | carpool ÷ best peer |", "|---" * (len(sides) + 2) + "|"]
-        for name, s in r["scenarios"].items():
+        for name, s in scenarios.items():
             rates = {x: rate_from_go(s.get(x), c["batch_size"]) for x in sides}
             lines.append(f"| {name} | " + " | ".join(fmt(rates[x]) for x in sides) +
                          f" | {versus_best(rates, peers)} |")
@@ -1193,9 +1235,9 @@ def markdown(r):
         lines += ["", "| scenario | producers | TensorSocket img/s per job | epochs (per job) | "
                   "order z vs listing | order ρ between jobs | same pixels across jobs | first "
                   "batch after s | producer CPU ms/img | notes |", "|---" * 10 + "|"]
-        for name, s in r["scenarios"].items():
+        for name, s in scenarios.items():
             t = s.get("tensorsocket")
-            if not t:
+            if not t or s.get("peers_from"):
                 continue
             if "jobs" not in t:
                 lines.append(f"| {name} | {t.get('error')} |" + " |" * 8)
@@ -1239,11 +1281,14 @@ def parser():
     ap.add_argument("--max-seconds", type=float, help="per scenario and side (default 45)")
     ap.add_argument("--rate-seconds", type=float, help="GPU rate run (default 10; smoke 2)")
     ap.add_argument("--workers", type=int, help="CPU workers, all jobs together (default: cores)")
-    ap.add_argument("--cache-size", default="8GiB")
-    ap.add_argument("--gpu-cache-size", default="4GiB")
-    # 4096 samples and 8 credits: one job reached 0.70 of its run's prepare rate with them, 0.54
-    # with the server's defaults (1024, 4); four jobs 1.99x against 1.67x (two runs on two H100s).
-    ap.add_argument("--lookahead", type=int, default=4096, help="server look-ahead (default 4096)")
+    bench_cache.add_arguments(ap, "server cache in bytes, e.g. 8GiB, instead of --cache-fraction")
+    ap.add_argument("--gpu-cache-size",
+                    help="GPU device-resident area in bytes, e.g. 4GiB (default: the same "
+                         "fraction of the prepared set as the server cache)")
+    # The runs of docs/benchmarks.md before this default passed --lookahead 4096.
+    ap.add_argument("--lookahead", type=int,
+                    help="server look-ahead in samples, passed only when given (default: the "
+                         "server's own)")
     ap.add_argument("--prefetch", type=int, default=8, help="batches per job ahead (default 8)")
     ap.add_argument("--transform", default="random_crop(224)|flip|normalize(imagenet)|float16|nhwc")
     ap.add_argument("--warmup", type=int, help="untimed steps per job (default 5; smoke 1)")
@@ -1265,10 +1310,15 @@ def finish_args(args):
     for k, v in (smoke if args.smoke else full).items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    if args.smoke and args.cache_size == "8GiB":
-        args.cache_size = "256MiB"
     if min(args.count, args.batch_size, args.epochs, args.workers) < 1:
         sys.exit("bench_gpu.py: --count, --batch-size, --epochs and --workers must be >= 1")
+    if args.lookahead is not None and args.lookahead < 1:
+        sys.exit(f"bench_gpu.py: --lookahead {args.lookahead}: give at least 1 sample, or leave "
+                 "it out for the server's own")
+    args.prepared_set = bench_cache.prepared_set(args.count, SAMPLE_BYTES)
+    args.caches = bench_cache.choose("bench_gpu.py", args.prepared_set, args.cache_fraction,
+                                     args.cache_size, args.gpu_cache_size,
+                                     gpu=gpu_index(args.device) is not None)
     if "overlap" in args.scenarios and args.count < OVERLAP_PARTS:
         sys.exit(f"bench_gpu.py: the overlap scenario needs --count >= {OVERLAP_PARTS}")
     return args

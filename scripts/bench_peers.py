@@ -23,7 +23,10 @@ report: aggregate and per-job samples/s, CPU seconds of every process of the con
 delivered sample, each job's epoch checked from the delivered sample ids (exactly once, order
 against the listing, how well it mixes webdataset's shards, order shared with another job,
 augmentation shared with another job), and carpool's preparations per delivery against the
-scenario's lower bound. --wds-model prints webdataset's order model without images.
+scenario's lower bound. The carpool server's cache is a fraction of the prepared set
+(--cache-fraction, default 1.0 and 0.1): carpool runs each scenario once per fraction, a row
+each; the other configurations have no such cache, so they run once per scenario and their
+figures repeat in its other rows. --wds-model prints webdataset's order model without images.
 docs/peers.md has the method and the results."""
 
 import argparse
@@ -45,7 +48,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.append(str(HERE.parent / "client" / "python"))
 
-from bench_gpu import catalog_ids, ensure_jpegs  # noqa: E402
+import bench_cache  # noqa: E402
+from bench_gpu import SAMPLE_BYTES, catalog_ids, ensure_jpegs  # noqa: E402
 from bench_torchvision import imagenet_train_transform, job_workers  # noqa: E402
 
 PREPARE = "resize=256,crop=256"
@@ -691,7 +695,10 @@ class Bench:
         return [dict(specs[h["jobs"][0]], **h) for h in helpers], notes
 
     # -- one configuration of one scenario
-    def run_config(self, name, config, jobs):
+    def run_config(self, name, config, jobs, cache=None):
+        """One configuration of a scenario; carpool's server with `cache` (one of args.caches;
+        default the first)."""
+        cache = cache or self.args.caches[0]
         specs = [self.spec(config, i, j, len(jobs), name) for i, j in enumerate(jobs)]
         helpers, notes = ([], [])
         if config == "tensorsocket":
@@ -703,7 +710,7 @@ class Bench:
                 tmp = tempfile.mkdtemp(prefix="carpool-peers-")
                 to_index = self.register(tmp)
                 server = carpool.Server(tmp, workers=self.args.workers,
-                                        cache_size=self.args.cache_size,
+                                        cache_size=cache["cache_size"],
                                         log=os.path.join(tmp, "server.log")).start()
                 for s in specs:
                     s.update(socket=server.socket, catalog_to_index=to_index,
@@ -751,30 +758,40 @@ class Bench:
         return out
 
     def scenario(self, name):
+        """Every configuration at the first cache (row `name`), then carpool at each other cache
+        (row `name@10%`, ...), whose other configurations are the first row's."""
         what, jobs = SCENARIOS[name]
         specs = [self.spec(None, i, j, len(jobs), name) for i, j in enumerate(jobs)]
-        row = self.report["scenarios"][name] = {"what": what, "results": {},
-                                                "asked": [asked_rate(s) for s in specs],
-                                                "ceiling": step_ceiling(specs)}
-        for config in self.args.configs:
-            why = self.report["skipped"].get(config)
-            if why:
-                row["results"][config] = {"skipped": why}
-                continue
-            t = time.monotonic()
-            try:
-                r = self.run_config(name, config, jobs)
-            except (Exception, SystemExit) as e:  # one broken peer must not lose the others
-                row["results"][config] = {"error": str(e)}
-                print(f"{name:8} {config:12} FAILED: {e}", flush=True)
-                continue
-            row["results"][config] = r
-            per_job = " ".join(f"{j['samples_per_s']:.0f}" for j in r["jobs"])
-            print(f"{name:8} {config:12} {r['samples_per_s']:6.0f} samples/s (jobs {per_job}), "
-                  f"{fmt(r['cpu_ms_per_sample'], '.1f')} CPU ms/sample, "
-                  f"{time.monotonic() - t:.0f} s", flush=True)
+        # Rows at other caches only where carpool runs: the others would be empty.
+        carpool = "carpool" in self.args.configs and "carpool" not in self.report["skipped"]
+        caches = self.args.caches if carpool else self.args.caches[:1]
+        for c, cache in enumerate(caches):
+            key = name if c == 0 else f"{name}@{cache['label']}"
+            row = self.report["scenarios"][key] = {"what": what, "results": {}, "cache": cache,
+                                                   "asked": [asked_rate(s) for s in specs],
+                                                   "ceiling": step_ceiling(specs)}
+            if c > 0:
+                row["peers_from"] = name
+            for config in self.args.configs if c == 0 else ["carpool"]:
+                why = self.report["skipped"].get(config)
+                if why:
+                    row["results"][config] = {"skipped": why}
+                    continue
+                t = time.monotonic()
+                try:
+                    r = self.run_config(name, config, jobs, cache)
+                except (Exception, SystemExit) as e:  # one broken peer must not lose the others
+                    row["results"][config] = {"error": str(e)}
+                    print(f"{key:8} {config:12} FAILED: {e}", flush=True)
+                    continue
+                row["results"][config] = r
+                per_job = " ".join(f"{j['samples_per_s']:.0f}" for j in r["jobs"])
+                at = f" ({cache['label']} cache)" if config == "carpool" else ""
+                print(f"{key:8} {config:12} {r['samples_per_s']:6.0f} samples/s{at} (jobs "
+                      f"{per_job}), {fmt(r['cpu_ms_per_sample'], '.1f')} CPU ms/sample, "
+                      f"{time.monotonic() - t:.0f} s", flush=True)
+                self.save()
             self.save()
-        self.save()
 
     def save(self):
         if self.args.json_out:
@@ -858,6 +875,18 @@ def fmt(x, spec=".0f"):
     return "–" if x is None else format(x, spec)
 
 
+def rows(r):
+    """The scenario rows, each row at another cache with its scenario's other configurations
+    (measured once, in its first row) filled in."""
+    out = {}
+    for key, s in r["scenarios"].items():
+        base = r["scenarios"].get(s.get("peers_from"), {}).get("results", {})
+        results = {k: v for k, v in base.items() if k != "carpool"}
+        results.update(s["results"])
+        out[key] = dict(s, results=results)
+    return out
+
+
 def markdown(r):
     c = r["config"]
     v = ", ".join(f"{k} {x}" for k, x in r["versions"].items() if x)
@@ -865,7 +894,10 @@ def markdown(r):
              f"configuration, step {c['step_ms']} ms per 64 samples (speeds: "
              f"{c['speeds_step_ms']} and {2 * c['speeds_step_ms']} ms), {c['epochs']} epoch(s), "
              f"at most {c['max_seconds']} s each, run {r.get('run_s', 0):.0f} s", f"Versions: {v}",
-             ""]
+             f"carpool server: {bench_cache.describe_set(c['prepared_set'])}; rows at " +
+             "; ".join(x["description"] for x in c["caches"]) + " (the other configurations "
+             "have no such cache: measured once per scenario, repeated in its rows at other "
+             "caches)", ""]
     lines += summary_table(r) + [""] + detail_table(r)
     for config, why in r["skipped"].items():
         lines.append(f"- {config} skipped: {why}")
@@ -880,10 +912,10 @@ def best_peer(results):
 
 def summary_table(r):
     configs = r["config"]["configs"]
-    lines = ["| scenario | " + " | ".join(f"{c} samples/s" for c in configs) +
+    lines = ["| scenario | cache | " + " | ".join(f"{c} samples/s" for c in configs) +
              " | carpool ÷ best peer | steps' ceiling | carpool prep ÷ deliv | lower bound |",
-             "|---" * (len(configs) + 5) + "|"]
-    for name, s in r["scenarios"].items():
+             "|---" * (len(configs) + 6) + "|"]
+    for name, s in rows(r).items():
         res = s["results"]
         cells = [fmt(res.get(c, {}).get("samples_per_s")) if "error" not in res.get(c, {})
                  else "failed" for c in configs]
@@ -891,7 +923,8 @@ def summary_table(r):
         cp = res.get("carpool", {})
         ratio = (f"{cp['samples_per_s'] / best:.2f} ({who})" if best and "samples_per_s" in cp
                  else "–")
-        lines.append(f"| {name}: {s['what']} | " + " | ".join(cells) + f" | {ratio} | "
+        lines.append(f"| {name}: {s['what']} | {s['cache']['label']} | " + " | ".join(cells) +
+                     f" | {ratio} | "
                      f"{fmt(s.get('ceiling'))} | {fmt(cp.get('prep_per_delivery'), '.3f')} | "
                      f"{fmt(cp.get('lower_bound'), '.3f')} |")
     return lines
@@ -906,15 +939,16 @@ def detail_table(r):
     lines = ["| scenario | config | per-job samples/s | ÷ asked | CPU ms/sample | "
              "epochs (per job) | order z vs listing | shard mix | order ρ between jobs | "
              "same pixels across jobs | notes |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, s in r["scenarios"].items():
+    for name, s in r["scenarios"].items():  # each measurement once: no repeated peers
         for config, x in s["results"].items():
             if "jobs" not in x:
                 lines.append(f"| {name} | {config} | {x.get('error') or x.get('skipped')} "
                              "| | | | | | | | |")
                 continue
             jobs, asked = x["jobs"], s.get("asked") or [None] * len(x["jobs"])
+            label = f"{config} ({s['cache']['label']} cache)" if config == "carpool" else config
             lines.append(
-                f"| {name} | {config} | {' / '.join(fmt(j['samples_per_s']) for j in jobs)} | "
+                f"| {name} | {label} | {' / '.join(fmt(j['samples_per_s']) for j in jobs)} | "
                 f"{' / '.join(share(j['samples_per_s'], a) for j, a in zip(jobs, asked))} | "
                 f"{fmt(x['cpu_ms_per_sample'], '.1f')} | "
                 f"{' / '.join(j['epochs'] for j in jobs)} | "
@@ -944,7 +978,8 @@ def parser():
                          "ceiling and the scenario measures the sleep, not the loader")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--max-seconds", type=float, help="per scenario and configuration (60)")
-    ap.add_argument("--cache-size", default="2GiB", help="carpool server cache")
+    bench_cache.add_arguments(ap, "carpool server cache in bytes, e.g. 2GiB, instead of "
+                                  "--cache-fraction")
     ap.add_argument("--wds-shard-size", type=int, default=50,
                     help="webdataset: samples per tar shard (default 50: 50 shards of 2500)")
     ap.add_argument("--json-out")
@@ -970,6 +1005,9 @@ def main():
             setattr(args, k, v)
     if min(args.count, args.workers, args.epochs) < 1 or args.count < 3:
         sys.exit("bench_peers.py: --count must be >= 3, --workers and --epochs >= 1")
+    args.prepared_set = bench_cache.prepared_set(args.count, SAMPLE_BYTES)
+    args.caches = bench_cache.choose("bench_peers.py", args.prepared_set, args.cache_fraction,
+                                     args.cache_size)
     Bench(args).run()
 
 

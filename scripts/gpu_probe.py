@@ -10,7 +10,8 @@ against a fresh server for --max-seconds:
   sleep       the job sleeps one training step's time per batch and touches no GPU;
   train       ResNet-18 training on the batches (bench_gpu.py's n1 carpool side);
   train-cpu   the same training on host batches (device "cpu") copied to the GPU;
-  train-deep  train with 2x the look-ahead and prefetch;
+  train-deep  train with 2x the prefetch, and 2x --lookahead when it is given (else the
+              server's own look-ahead);
   train-query, train-blocking: train, the loader's release thread polling its CUDA events
               (query) or waiting on blocking-sync events, instead of cudaEventSynchronize.
 While a variant runs, the server's stats are read every 50 ms: the job's batches held by the
@@ -145,7 +146,7 @@ def run_variant(bench, name, args):
         kw = {"release_mode": name.split("-")[1]}
     spec = bench.spec(side, 0, "all", probe=True, **kw)
     saved = args.lookahead
-    if name == "train-deep":
+    if name == "train-deep" and saved is not None:
         args.lookahead = 2 * saved
     try:
         with bench.server(f"probe-{name}") as srv:

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "carpool/status.h"
+#include "tools/cache_fraction.h"
 
 namespace carpool::tools {
 
@@ -36,7 +37,7 @@ struct E2eSetup {
   uint32_t epochs = 1;
   uint32_t prefetch = 4;  // batches, for both sides
   std::string transform;
-  std::string cache_size;  // `carpool server --cache-size`
+  std::string cache_size;  // `carpool server --cache-size` (CacheChoice::server_flag)
 };
 
 struct E2eJobResult {
@@ -65,10 +66,14 @@ struct E2eSideResult {
   double preps_per_delivery() const;
 };
 
+// One row: a scenario at one cache size. The baseline has no cache, so it runs once per
+// scenario, in the row of the run's first cache; the other rows reuse that measurement.
 struct E2eScenarioResult {
   E2eScenario scenario;
+  CacheChoice cache;
   E2eSideResult carpool;
   E2eSideResult baseline;
+  bool baseline_reused = false;
 };
 
 // scripts/bench_torchvision.py for `jobs` jobs (ImageFolder + DataLoader per job, the same total

@@ -21,6 +21,7 @@
 #include "tools/bench_e2e_data.h"
 #include "tools/bench_e2e_procs.h"
 #include "tools/bench_e2e_report.h"
+#include "tools/cache_fraction.h"
 #include "tools/command.h"
 #include "tools/options.h"
 #include "tools/standalone_loader.h"
@@ -45,6 +46,9 @@ constexpr std::string_view kUsage = R"(usage: carpool bench <e2e|standalone|load
 constexpr std::string_view kDefaultTransform = "random_crop(224)|flip|normalize(imagenet)";
 constexpr std::string_view kDefaultPrepare = "resize=256,crop=256";
 constexpr std::string_view kAllScenarios = "sync1,sync2,sync4,stagger,speeds,overlap";
+// Without --cache-fraction or --cache-size: every scenario with a cache that holds the whole
+// prepared set, and again with one that holds a tenth of it, where evictions limit sharing.
+const std::vector<double> kDefaultCacheFractions = {1.0, 0.1};
 
 int Fail(std::string_view verb, const Status& s) {
   fmt::print(stderr, "carpool bench {}: {}\n", verb, s.ToString());
@@ -136,7 +140,7 @@ struct E2eArgs {
   double stagger_s = 0;  // 0: a third of the N = 1 carpool job's time
   std::string scenarios{kAllScenarios};
   std::string prepare{kDefaultPrepare};
-  std::string cache_size;
+  std::optional<std::string> cache_size, cache_fraction;
   bool torchvision = false;
   std::string python = "/usr/bin/python3";
   std::string script;
@@ -209,6 +213,56 @@ std::vector<std::string> SplitCommas(const std::string& text) {
   return out;
 }
 
+// Each scenario at each cache: a row per (scenario, cache), the caches in the given order. The
+// baseline has no cache: it runs in a scenario's first row only, and its other rows reuse it.
+Result<std::vector<E2eScenarioResult>> RunScenarios(const E2eArgs& a, const E2eSetup& setup,
+                                                    const E2eData& data,
+                                                    const std::vector<std::string>& names,
+                                                    const std::vector<CacheChoice>& caches,
+                                                    bool verbose) {
+  std::vector<E2eScenarioResult> results;
+  for (const std::string& name : names) {
+    const E2eScenarioResult* sync1 = nullptr;
+    for (const E2eScenarioResult& r : results) {
+      if (r.scenario.name == "sync1" && sync1 == nullptr) sync1 = &r;
+    }
+    Result<E2eScenario> scenario = MakeScenario(name, a, data, sync1);
+    if (!scenario.ok()) return scenario.status();
+    if (verbose) fmt::print(stderr, "scenario {}: {}\n", name, scenario->description);
+    const size_t first_row = results.size();
+    for (size_t c = 0; c < caches.size(); ++c) {
+      E2eSetup at = setup;
+      at.cache_size = caches[c].server_flag();
+      if (c > 0) {  // its own logs and sockets, so --keep-logs keeps every cache's
+        at.log_dir = setup.log_dir / fmt::format("cache-{}", c);
+        std::filesystem::create_directories(at.log_dir);
+      }
+      if (verbose) fmt::print(stderr, "  {}\n", DescribeCache(caches[c]));
+      // Best of --repeat runs per side (the run least disturbed by other load), alternating the
+      // sides so that both meet the same conditions.
+      E2eScenarioResult best{*scenario, caches[c], {}, {}, c > 0};
+      for (uint32_t r = 0; r < a.repeat; ++r) {
+        Result<E2eSideResult> carpool = RunCarpoolSide(at, *scenario);
+        if (!carpool.ok()) return carpool.status();
+        Result<E2eSideResult> baseline = E2eSideResult{};
+        if (c == 0) baseline = RunBaselineSide(at, *scenario);
+        if (!baseline.ok()) return baseline.status();
+        if (verbose && c == 0) {
+          fmt::print(stderr, "    carpool {:.0f} samples/s, baseline {:.0f} samples/s\n",
+                     carpool->rate(), baseline->rate());
+        } else if (verbose) {
+          fmt::print(stderr, "    carpool {:.0f} samples/s\n", carpool->rate());
+        }
+        if (carpool->rate() > best.carpool.rate()) best.carpool = std::move(*carpool);
+        if (baseline->rate() > best.baseline.rate()) best.baseline = std::move(*baseline);
+      }
+      if (c > 0) best.baseline = results[first_row].baseline;
+      results.push_back(std::move(best));
+    }
+  }
+  return results;
+}
+
 int E2e(int argc, char** argv) {
   E2eArgs a;
   E2eSetup setup;
@@ -233,7 +287,11 @@ int E2e(int argc, char** argv) {
       "prepare", po::value(&a.prepare), "the dataset's prepare spec (default resize=256,crop=256)")(
       "transform", po::value(&setup.transform),
       "per-job transform (default random_crop(224)|flip|normalize(imagenet))")(
-      "cache-size", po::value(&a.cache_size), "server cache (default: all prepared samples)")(
+      "cache-fraction", po::value<std::string>(),
+      "server cache as a fraction F of the prepared set, 0 < F <= 4: room for F of its samples "
+      "at 5/4 of a prepared sample's bytes each (default: each scenario at 1 and at 0.1)")(
+      "cache-size", po::value<std::string>(),
+      "server cache in bytes, e.g. 2GiB, instead of --cache-fraction")(
       "torchvision", po::bool_switch(&a.torchvision),
       "also run scripts/bench_torchvision.py for N = 1 and 4")(
       "python", po::value(&a.python), "interpreter with torch (default /usr/bin/python3)")(
@@ -285,13 +343,17 @@ int E2e(int argc, char** argv) {
   if (Result<TransformSpec> tf = ParseTransformSpec(setup.transform); !tf.ok()) {
     return Fail("e2e", tf.status());
   }
-  if (a.cache_size.empty()) {
-    // Room for every prepared sample, plus slack for the allocator: sharing is then limited by
-    // the sampler and look-ahead, not by evictions.
-    const uint64_t side = prepare->crop > 0 ? prepare->crop : 512;
-    a.cache_size = std::to_string(a.images * side * side * prepare->channels * 5 / 4 + (64 << 20));
+  if (vm.count("cache-size")) a.cache_size = vm["cache-size"].as<std::string>();
+  if (vm.count("cache-fraction")) a.cache_fraction = vm["cache-fraction"].as<std::string>();
+  // Every scenario reads (a part of) the e2e dataset; without a crop, a side of 512 stands in.
+  const uint64_t side = prepare->crop > 0 ? prepare->crop : 512;
+  const PreparedSet prepared{a.images, side * side * static_cast<uint64_t>(prepare->channels)};
+  Result<std::vector<CacheChoice>> caches =
+      ChooseCaches(a.cache_fraction, a.cache_size, prepared, kDefaultCacheFractions);
+  if (!caches.ok()) {
+    fmt::print(stderr, "carpool bench e2e: {}\n", caches.status().message());
+    return 2;
   }
-  setup.cache_size = a.cache_size;
   Result<std::string> script = Status::NotFound("");
   if (a.torchvision) {
     script = FindScript(a.script, setup.exe);
@@ -312,32 +374,9 @@ int E2e(int argc, char** argv) {
   if (!data.ok()) return fail(data.status());
   setup.state_dir = data->state_dir;
 
-  std::vector<E2eScenarioResult> results;
-  for (const std::string& name : scenario_names) {
-    const E2eScenarioResult* sync1 = nullptr;
-    for (const E2eScenarioResult& r : results) {
-      if (r.scenario.name == "sync1") sync1 = &r;
-    }
-    Result<E2eScenario> scenario = MakeScenario(name, a, *data, sync1);
-    if (!scenario.ok()) return fail(scenario.status());
-    if (!vm.count("json")) fmt::print(stderr, "scenario {}: {}\n", name, scenario->description);
-    // Best of --repeat runs per side (the run least disturbed by other load), alternating the
-    // sides so that both meet the same conditions.
-    E2eScenarioResult best{*scenario, {}, {}};
-    for (uint32_t r = 0; r < a.repeat; ++r) {
-      Result<E2eSideResult> carpool = RunCarpoolSide(setup, *scenario);
-      if (!carpool.ok()) return fail(carpool.status());
-      Result<E2eSideResult> baseline = RunBaselineSide(setup, *scenario);
-      if (!baseline.ok()) return fail(baseline.status());
-      if (!vm.count("json")) {
-        fmt::print(stderr, "  carpool {:.0f} samples/s, baseline {:.0f} samples/s\n",
-                   carpool->rate(), baseline->rate());
-      }
-      if (carpool->rate() > best.carpool.rate()) best.carpool = std::move(*carpool);
-      if (baseline->rate() > best.baseline.rate()) best.baseline = std::move(*baseline);
-    }
-    results.push_back(std::move(best));
-  }
+  Result<std::vector<E2eScenarioResult>> results =
+      RunScenarios(a, setup, *data, scenario_names, *caches, !vm.count("json"));
+  if (!results.ok()) return fail(results.status());
   std::vector<E2eTorchResult> torch;
   if (a.torchvision) {
     for (size_t n : {size_t{1}, size_t{4}}) {
@@ -359,11 +398,12 @@ int E2e(int argc, char** argv) {
   info.workers = setup.workers;
   info.step_ms = a.step_ms;
   info.repeat = a.repeat;
-  info.cache_size = setup.cache_size;
+  info.prepared = prepared;
+  info.caches = *caches;
   info.load_after = LoadAverages();
   info.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-  const std::string json = E2eJson(info, results, torch);
+  const std::string json = E2eJson(info, *results, torch);
   if (!a.json_out.empty()) {
     std::ofstream out(a.json_out);
     out << json << "\n";
@@ -373,7 +413,7 @@ int E2e(int argc, char** argv) {
   if (vm.count("json")) {
     fmt::print("{}\n", json);
   } else {
-    PrintE2eTables(info, results, torch);
+    PrintE2eTables(info, *results, torch);
   }
   if (!a.keep_logs) {
     std::error_code ec;

@@ -8,6 +8,7 @@
 namespace carpool::tools {
 namespace {
 
+// The scenario's row at the run's first cache: a scenario's rows follow the caches' order.
 const E2eScenarioResult* Find(const std::vector<E2eScenarioResult>& results,
                               std::string_view name) {
   for (const E2eScenarioResult& r : results) {
@@ -39,6 +40,11 @@ Json JsonSide(const E2eSideResult& s) {
           {"jobs", std::move(jobs)}};
 }
 
+// The first cache's label, for the goals that are read at it.
+std::string FirstCache(const E2eRunInfo& info) {
+  return info.caches.empty() ? "?" : FractionLabel(info.caches[0].fraction);
+}
+
 // null where the goal was not measured.
 Json JsonOptional(const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); }
 
@@ -65,61 +71,68 @@ void PrintE2eTables(const E2eRunInfo& info, const std::vector<E2eScenarioResult>
   fmt::print(
       "carpool bench e2e: {} JPEGs 500x375 in {}\n"
       "  prepare {} | transform {} | batch {} | {} epoch(s) | prefetch {} | step {} ms/batch\n"
-      "  carpool: 1 server (--workers {}, --cache-size {}) + 1 consume process per job\n"
-      "  baseline: 1 standalone loader process per job, {} worker threads split across the jobs\n"
+      "  carpool: 1 server (--workers {}) + 1 consume process per job\n"
+      "  baseline: 1 standalone loader process per job, {} worker threads split across the jobs; "
+      "no cache, so measured once per scenario and repeated in its rows at other cache sizes\n"
       "  best of {} run(s) per scenario and side | load average before: {} | after: {} | "
-      "run took {:.0f} s\n\n",
+      "run took {:.0f} s\n",
       info.images, info.data_dir, info.prepare, info.transform, info.batch_size, info.epochs,
-      info.prefetch, info.step_ms, info.workers, info.cache_size, info.workers, info.repeat,
-      info.load_before, info.load_after, info.seconds);
+      info.prefetch, info.step_ms, info.workers, info.workers, info.repeat, info.load_before,
+      info.load_after, info.seconds);
+  fmt::print("  {}\n", DescribePreparedSet(info.prepared));
+  for (const CacheChoice& c : info.caches) {
+    fmt::print("  rows at {}: {}\n", FractionLabel(c.fraction), DescribeCache(c));
+  }
+  fmt::print("\n");
 
   fmt::print(
       "#### Aggregate (all jobs of a scenario; CPU of every process, the server included; cores "
       "used = CPU seconds / wall seconds, below 2 on this machine when other load took the "
       "rest)\n\n");
   fmt::print(
-      "| scenario | jobs | carpool samples/s | baseline samples/s | ratio | carpool CPU ms/sample "
-      "| baseline CPU ms/sample | ratio | carpool preps/deliv | baseline preps/deliv "
+      "| scenario | cache | jobs | carpool samples/s | baseline samples/s | ratio | carpool CPU "
+      "ms/sample | baseline CPU ms/sample | ratio | carpool preps/deliv | baseline preps/deliv "
       "| cores used carpool / baseline |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const E2eScenarioResult& r : results) {
     const E2eSideResult& c = r.carpool;
     const E2eSideResult& b = r.baseline;
     fmt::print(
-        "| {} | {} | {:.0f} | {:.0f} | {} | {:.2f} | {:.2f} | {} | {:.3f} | {:.3f} | {:.2f} / "
+        "| {} | {} | {} | {:.0f} | {:.0f} | {} | {:.2f} | {:.2f} | {} | {:.3f} | {:.3f} | {:.2f} / "
         "{:.2f} |\n",
-        r.scenario.name, r.scenario.jobs.size(), c.rate(), b.rate(), Ratio(c.rate(), b.rate()),
-        c.cpu_per_sample() * 1e3, b.cpu_per_sample() * 1e3,
+        r.scenario.name, FractionLabel(r.cache.fraction), r.scenario.jobs.size(), c.rate(),
+        b.rate(), Ratio(c.rate(), b.rate()), c.cpu_per_sample() * 1e3, b.cpu_per_sample() * 1e3,
         Ratio(c.cpu_per_sample(), b.cpu_per_sample()), c.preps_per_delivery(),
         b.preps_per_delivery(), c.cores_used(), b.cores_used());
   }
 
   fmt::print("\n#### Per job (samples/s from the job's spawn to its exit)\n\n");
   fmt::print(
-      "| scenario | job | dataset | start s | step ms | samples | carpool samples/s "
+      "| scenario | cache | job | dataset | start s | step ms | samples | carpool samples/s "
       "| baseline samples/s | ratio | baseline threads |\n"
-      "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+      "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const E2eScenarioResult& r : results) {
     for (size_t i = 0; i < r.scenario.jobs.size(); ++i) {
       const E2eJobResult& c = r.carpool.jobs[i];
       const E2eJobResult& b = r.baseline.jobs[i];
-      fmt::print("| {} | {} | {} | {:.1f} | {} | {} | {:.0f} | {:.0f} | {} | {} |\n",
-                 r.scenario.name, i, c.dataset, r.scenario.jobs[i].start_s,
-                 r.scenario.jobs[i].step_ms, c.samples, c.rate(), b.rate(),
-                 Ratio(c.rate(), b.rate()), b.threads);
+      fmt::print("| {} | {} | {} | {} | {:.1f} | {} | {} | {:.0f} | {:.0f} | {} | {} |\n",
+                 r.scenario.name, FractionLabel(r.cache.fraction), i, c.dataset,
+                 r.scenario.jobs[i].start_s, r.scenario.jobs[i].step_ms, c.samples, c.rate(),
+                 b.rate(), Ratio(c.rate(), b.rate()), b.threads);
     }
   }
 
   fmt::print("\n#### Scenarios\n\n");
   for (const E2eScenarioResult& r : results) {
+    if (r.baseline_reused) continue;  // listed at its first row
     fmt::print("- {}: {}\n", r.scenario.name, r.scenario.description);
   }
 
   if (!torch.empty()) {
     fmt::print(
         "\n#### torchvision ImageFolder + DataLoader per job (scripts/bench_torchvision.py), "
-        "{} workers in total\n\n",
-        info.workers);
+        "{} workers in total; carpool at cache {}\n\n",
+        info.workers, FirstCache(info));
     fmt::print(
         "| jobs | per-job samples/s | aggregate samples/s | CPU ms/sample | carpool aggregate "
         "(same N, sync) | carpool / torchvision |\n|---:|---|---:|---:|---:|---:|\n");
@@ -136,7 +149,7 @@ void PrintE2eTables(const E2eRunInfo& info, const std::vector<E2eScenarioResult>
   }
 
   const E2eGoals g = ComputeE2eGoals(results);
-  fmt::print("\n#### Goals (issue 6)\n\n");
+  fmt::print("\n#### Goals (issue 6), carpool at cache {}\n\n", FirstCache(info));
   if (g.sync4_vs_baseline) {
     fmt::print("- N = 4 in sync, aggregate carpool / baseline = {:.2f} (goal >= 3): {}\n",
                *g.sync4_vs_baseline, g.aggregate_met() ? "met" : "NOT met");
@@ -159,8 +172,10 @@ std::string E2eJson(const E2eRunInfo& info, const std::vector<E2eScenarioResult>
     scenarios.push_back(
         {{"name", r.scenario.name},
          {"description", r.scenario.description},
+         {"cache", CacheJson(r.cache)},
          {"carpool", JsonSide(r.carpool)},
          {"baseline", JsonSide(r.baseline)},
+         {"baseline_reused", r.baseline_reused},
          {"throughput_ratio", r.baseline.rate() > 0 ? r.carpool.rate() / r.baseline.rate() : 0.0}});
   }
   Json tv = Json::array();
@@ -173,6 +188,8 @@ std::string E2eJson(const E2eRunInfo& info, const std::vector<E2eScenarioResult>
                   {"cpu_s", t.cpu_s},
                   {"cpu_s_per_sample", t.cpu_per_sample()}});
   }
+  Json caches = Json::array();
+  for (const CacheChoice& c : info.caches) caches.push_back(CacheJson(c));
   const E2eGoals g = ComputeE2eGoals(results);
   const Json report = {{"images", info.images},
                        {"prepare", info.prepare},
@@ -183,14 +200,20 @@ std::string E2eJson(const E2eRunInfo& info, const std::vector<E2eScenarioResult>
                        {"workers", info.workers},
                        {"step_ms", info.step_ms},
                        {"repeat", info.repeat},
-                       {"cache_size", info.cache_size},
+                       {"prepared_set",
+                        {{"samples", info.prepared.samples},
+                         {"sample_bytes", info.prepared.sample_bytes},
+                         {"bytes", info.prepared.bytes()},
+                         {"cache_bytes", info.prepared.cache_bytes()}}},
+                       {"caches", std::move(caches)},
                        {"load_before", info.load_before},
                        {"load_after", info.load_after},
                        {"seconds", info.seconds},
                        {"scenarios", std::move(scenarios)},
                        {"torchvision", std::move(tv)},
                        {"goals",
-                        {{"sync4_vs_baseline", JsonOptional(g.sync4_vs_baseline)},
+                        {{"cache", FirstCache(info)},
+                         {"sync4_vs_baseline", JsonOptional(g.sync4_vs_baseline)},
                          {"aggregate_met", g.aggregate_met()},
                          {"sync4_vs_sync1", JsonOptional(g.sync4_vs_sync1)},
                          {"per_job_met", g.per_job_met()}}}};

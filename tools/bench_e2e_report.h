@@ -1,5 +1,7 @@
 // The tables and JSON of `carpool bench e2e`, and its two goals (issue 6): at N = 4 in sync,
-// aggregate throughput >= 3x the baseline's, and each job within 25% of its N = 1 speed.
+// aggregate throughput >= 3x the baseline's, and each job within 25% of its N = 1 speed. A row is
+// a scenario at one cache size; the goals and the torchvision comparison read the rows of the
+// run's first cache (by default the one that holds the whole prepared set).
 // Stateless functions: thread-safe.
 #ifndef CARPOOL_TOOLS_BENCH_E2E_REPORT_H_
 #define CARPOOL_TOOLS_BENCH_E2E_REPORT_H_
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "tools/bench_e2e.h"
+#include "tools/cache_fraction.h"
 
 namespace carpool::tools {
 
@@ -23,7 +26,8 @@ struct E2eRunInfo {
   uint32_t workers = 0;
   uint32_t step_ms = 0;
   uint32_t repeat = 1;  // runs per scenario and side; the best is reported
-  std::string cache_size;
+  PreparedSet prepared;             // every sample of the e2e dataset
+  std::vector<CacheChoice> caches;  // the server's cache of each row, in row order
   std::string load_before;  // /proc/loadavg at the start and the end of the run
   std::string load_after;
   double seconds = 0;  // the whole run

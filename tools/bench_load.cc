@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -24,6 +25,7 @@
 #include "carpool/client.h"
 #include "server/instance_name.h"
 #include "tools/bench_e2e_procs.h"
+#include "tools/cache_fraction.h"
 #include "tools/command.h"
 #include "tools/options.h"
 
@@ -44,10 +46,16 @@ fm-b: 30,000 each, overlapping by 10,000; fm-s: 5,000), batch sizes 16-512, 1-20
 quarter are killed (SIGKILL). Every 10 s: the server's RSS, open fds, /dev/shm segments,
 refcount_total and pins. At the end: each finished job's rate against its fair share, the p50,
 p99 and max wait for a batch, the failures, and whether the server is back to its idle baseline.
+The cache is stated as a fraction of the prepared set (fm: 60,000 samples of 28x28 bytes), and
+--cache-fraction sets it that way.
 Exit status 1 on any failure or leak. docs/benchmarks.md ("Issue 10") shows a run.
 
 options:
 )";
+
+// Fashion-MNIST's training set, prepared raw (28 x 28 x 1 bytes): every dataset of the run is a
+// part of it, so it is the prepared set that --cache-fraction refers to.
+constexpr PreparedSet kFmnistSet{60000, 28 * 28};
 
 struct Options {
   double minutes = 10;
@@ -182,7 +190,10 @@ int Load(int argc, char** argv) {
       "jobs", po::value(&o.jobs), "jobs at once (default 64)")(
       "seed", po::value(&o.seed), "seed of the job mix (default 1)")(
       "workers", po::value(&o.workers), "server workers (default: cores)")(
-      "cache-size", po::value(&o.cache_size), "server cache (default 512MiB)")(
+      "cache-size", po::value(&o.cache_size), "server cache in bytes (default 512MiB)")(
+      "cache-fraction", po::value<std::string>(),
+      "server cache as a fraction F of the prepared set instead, 0 < F <= 4: room for F of "
+      "Fashion-MNIST's 60,000 samples")(
       "fmnist", po::value(&o.fmnist), "Fashion-MNIST IDX folder")(
       "json", po::bool_switch(&o.json), "print the report as JSON")(
       "json-out", po::value(&o.json_out), "also write the JSON report to FILE");
@@ -196,6 +207,16 @@ int Load(int argc, char** argv) {
     fmt::print(stderr, "carpool bench load: --minutes and --jobs must be positive\n");
     return 2;
   }
+  std::optional<std::string> fraction, size;
+  if (vm.count("cache-fraction")) fraction = vm["cache-fraction"].as<std::string>();
+  if (vm.count("cache-size") || !fraction) size = o.cache_size;
+  Result<std::vector<CacheChoice>> caches =
+      ChooseCaches(fraction, size, kFmnistSet, /*default_fractions=*/{});
+  if (!caches.ok()) {
+    fmt::print(stderr, "carpool bench load: {}\n", caches.status().message());
+    return 2;
+  }
+  const CacheChoice cache = caches->front();
   const fs::path images = fs::path(o.fmnist) / "train-images-idx3-ubyte.gz";
   const fs::path labels = fs::path(o.fmnist) / "train-labels-idx1-ubyte.gz";
   if (!fs::exists(images) || !fs::exists(labels)) {
@@ -230,9 +251,11 @@ int Load(int argc, char** argv) {
   }
   // Room above --jobs: a job that just exited may still hold its place until the server has
   // handled its connection's close.
-  std::vector<std::string> server_argv = {*self,          "server",     "--state-dir", sd,
-                                          "--lease",      "2s",         "--cache-size",
-                                          o.cache_size,   "--max-jobs", std::to_string(o.jobs + 16)};
+  std::vector<std::string> server_argv = {*self,      "server",
+                                          "--state-dir", sd,
+                                          "--lease",     "2s",
+                                          "--cache-size", cache.server_flag(),
+                                          "--max-jobs",  std::to_string(o.jobs + 16)};
   if (o.workers > 0) {
     server_argv.insert(server_argv.end(), {"--workers", std::to_string(o.workers)});
   }
@@ -245,8 +268,10 @@ int Load(int argc, char** argv) {
   auto now_s = [&] { return std::chrono::duration<double>(Clock::now() - begin).count(); };
   const Sample base = Measure(*server, socket, 0);
   const double duration = o.minutes * 60;
-  fmt::print("carpool bench load: {} jobs at once for {:.0f} s, server pid {}, {} (logs {})\n",
-             o.jobs, duration, *server, sd, logs.string());
+  fmt::print("carpool bench load: {} jobs at once for {:.0f} s, server pid {}, {} (logs {})\n"
+             "  {}; {}\n",
+             o.jobs, duration, *server, sd, logs.string(), DescribeCache(cache),
+             DescribePreparedSet(kFmnistSet));
   PrintSample(base, base, 0);
 
   std::mt19937_64 rng(o.seed);
@@ -401,7 +426,8 @@ int Load(int argc, char** argv) {
   }
   const uint64_t through = out.finished + out.disconnected + out.killed + out.cut_at_end;
   Json report = {
-      {"seconds", now_s()}, {"jobs_at_once", o.jobs}, {"jobs_through", through},
+      {"seconds", now_s()}, {"jobs_at_once", o.jobs}, {"cache", CacheJson(cache)},
+      {"prepared_set_bytes", kFmnistSet.bytes()}, {"jobs_through", through},
       {"finished", out.finished}, {"disconnected", out.disconnected}, {"killed", out.killed},
       {"cut_at_end", out.cut_at_end}, {"failures", out.failures}, {"leaks", leaks},
       {"rss_mib_idle", base.rss_kib / 1024.0},
@@ -438,6 +464,7 @@ int Load(int argc, char** argv) {
     fmt::print("{}\n", report.dump());
   } else {
     fmt::print(
+        "{}\n"
         "jobs through {} ({} finished, {} disconnected mid-epoch, {} killed, {} cut at the end); "
         "server {:.0f} samples/s for {:.1f} jobs at once on average (an equal share {:.0f})\n"
         "finished jobs' rate / fair share (min(batch / step, equal share)): p10 {:.2f}, median "
@@ -445,8 +472,9 @@ int Load(int argc, char** argv) {
         "wait for a batch over finished jobs: p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms\n"
         "server RSS (with the cache's shared pages): idle {:.1f} MiB, max {:.1f}, end {:.1f}; "
         "private: idle {:.1f}, max {:.1f}, end {:.1f}\n",
-        through, out.finished, out.disconnected, out.killed, out.cut_at_end, total_rate,
-        mean_active, equal_share, report["finished_rate_vs_fair_share_p10"].get<double>(),
+        DescribeCache(cache), through, out.finished, out.disconnected, out.killed,
+        out.cut_at_end, total_rate, mean_active, equal_share,
+        report["finished_rate_vs_fair_share_p10"].get<double>(),
         report["finished_rate_vs_fair_share_median"].get<double>(),
         report["wait_ms_p50"].get<double>(), report["wait_ms_p99"].get<double>(),
         report["wait_ms_max"].get<double>(), base.rss_kib / 1024.0,

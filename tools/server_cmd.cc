@@ -25,6 +25,7 @@
 #include "server/instance_name.h"
 #include "server/metrics_http.h"
 #include "server/metrics_text.h"
+#include "tools/cache_fraction.h"
 #include "tools/command.h"
 #include "tools/options.h"
 #include "tools/socket_path.h"
@@ -44,45 +45,6 @@ options:
 int Fail(const Status& s) {
   fmt::print(stderr, "carpool server: {}\n", s.message());
   return 1;
-}
-
-// "0", "4096", "512MiB", "8GiB", "1.5GB", "64K": binary units for K/M/G/T with or without "iB",
-// decimal ones for KB/MB/GB/TB.
-Result<uint64_t> ParseBytes(const std::string& flag, const std::string& text) {
-  size_t end = 0;
-  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) ||
-                               text[end] == '.')) {
-    ++end;
-  }
-  const std::string number = text.substr(0, end);
-  const std::string unit = text.substr(end);
-  const Status bad = Status::InvalidArgument(fmt::format(
-      "{} \"{}\" is not a byte count; expected e.g. 0, 512MiB, 8GiB or 1.5GB", flag, text));
-  double value = 0;
-  try {
-    size_t used = 0;
-    value = std::stod(number, &used);
-    if (used != number.size()) return bad;
-  } catch (const std::exception&) {
-    return bad;
-  }
-  struct Unit {
-    const char* name;
-    double scale;
-  };
-  static constexpr Unit kUnits[] = {
-      {"", 1},       {"B", 1},         {"K", 1024.0},        {"KiB", 1024.0},
-      {"KB", 1e3},   {"M", 1048576.0}, {"MiB", 1048576.0},   {"MB", 1e6},
-      {"G", 1 << 30}, {"GiB", 1 << 30}, {"GB", 1e9},          {"T", 1099511627776.0},
-      {"TiB", 1099511627776.0},        {"TB", 1e12}};
-  for (const Unit& u : kUnits) {
-    if (unit == u.name) {
-      const double bytes = value * u.scale;
-      if (bytes > 1e15) return bad;
-      return static_cast<uint64_t>(bytes);
-    }
-  }
-  return bad;
 }
 
 // "2s", "500ms", "1.5s", "1m".
@@ -187,7 +149,7 @@ int Serve(int argc, char** argv) {
     if (!access.ok()) return Fail(access.status());
     eo.access = *access;
   }
-  Result<uint64_t> bytes = ParseBytes("--cache-size", cache_size);
+  Result<uint64_t> bytes = ParseByteCount("--cache-size", cache_size);
   if (!bytes.ok()) return Fail(bytes.status());
   eo.cache_bytes = *bytes;
   Result<cache::EvictionPolicy> p = cache::ParseEvictionPolicy(policy);
@@ -220,7 +182,7 @@ int Serve(int argc, char** argv) {
   Result<std::vector<int>> gpu_list = ParseGpuList(gpus, VisibleGpuCount());
   if (!gpu_list.ok()) return Fail(gpu_list.status());
   eo.gpus = *gpu_list;
-  Result<uint64_t> gpu_bytes = ParseBytes("--gpu-cache-size", gpu_cache_size);
+  Result<uint64_t> gpu_bytes = ParseByteCount("--gpu-cache-size", gpu_cache_size);
   if (!gpu_bytes.ok()) return Fail(gpu_bytes.status());
   eo.gpu_cache_bytes = *gpu_bytes;
   std::optional<MetricsAddress> metrics_address;
