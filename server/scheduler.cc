@@ -371,6 +371,7 @@ Result<Scheduler::JobStats> Scheduler::Stats(JobId id) const {
   s.measured = job->measured();
   s.held = job->held + (job->holding ? std::max(0.0, now_ - job->held_since) : 0.0);
   s.client_bound = job->observed_time > 0 ? job->bound_time / job->observed_time : 0;
+  s.behind = job->behind;
   return s;
 }
 

@@ -72,6 +72,7 @@ class RefCountForwarder : public RefCountSink {
 struct Decision {
   SampleId sample;
   uint32_t epoch;
+  bool operator==(const Decision&) const = default;
 };
 
 struct SchedulerOptions {
@@ -118,6 +119,7 @@ class Scheduler : public cache::NextUseOracle {
     double rate = 0;        // samples per clock unit
     bool measured = false;  // false: `rate` is the prior
     double held = 0;        // clock units spent held back by the pacing
+    uint64_t behind = 0;    // queue entries whose sample another job already delivered
     double client_bound = 0;  // fraction of recent time waiting on its own client
   };
 

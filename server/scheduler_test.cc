@@ -24,7 +24,14 @@ class CountingSink : public RefCountSink {
     ASSERT_GE(c, 0) << "sample " << sample << " went negative";
     if (c == 0) counts.erase(sample);
   }
+  void AddDecided(SampleId sample, int64_t delta) override {
+    int64_t& c = decided[sample];
+    c += delta;
+    ASSERT_GE(c, 0) << "sample " << sample << " decided count went negative";
+    if (c == 0) decided.erase(sample);
+  }
   std::map<SampleId, int64_t> counts;
+  std::map<SampleId, int64_t> decided;  // AddDecided: queue entries per sample
 };
 
 // (jobs whose R holds the sample) + (queue entries holding it), from the scheduler's state.
@@ -87,6 +94,131 @@ TEST(SchedulerTest, RefCountsMatchRecountUnderRandomOperations) {
     }
     for (JobId j : s.Jobs()) ASSERT_TRUE(s.RemoveJob(j).ok());
     EXPECT_TRUE(sink.counts.empty()) << "removing every job must release every reference";
+  }
+}
+
+// Queue entries per sample, from the scheduler's state.
+std::map<SampleId, int64_t> RecountDecided(const Scheduler& s) {
+  std::map<SampleId, int64_t> counts;
+  for (JobId j : s.Jobs()) {
+    for (const Decision& d : *s.Queue(j)) ++counts[d.sample];
+  }
+  return counts;
+}
+
+// The pacing's bookkeeping after churn, against a model kept beside it: a sample is owed from
+// the delivery that leaves it in another queue until no queue holds it; a job is behind by its
+// queue entries of owed samples. The decided counts the sink sees equal the queue entries.
+TEST(SchedulerTest, PacingBookkeepingMatchesAModelUnderRandomOperations) {
+  std::mt19937_64 gen(4242);
+  for (int trial = 0; trial < 20; ++trial) {
+    CountingSink sink;
+    Scheduler s(Opts(1 + gen() % 24, trial), &sink);
+    s.SetCapacity(1 + gen() % 16);
+    std::set<SampleId> owed;
+    JobId next_id = 1;
+    double now = 0;
+    for (int op = 0; op < 300; ++op) {
+      now += 0.25;
+      const int kind = static_cast<int>(gen() % 10);
+      std::vector<JobId> jobs = s.Jobs();
+      if (kind == 0 || jobs.empty()) {
+        Roaring ds;
+        const uint32_t lo = static_cast<uint32_t>(gen() % 30);
+        for (uint32_t x = lo; x < lo + 30; ++x) {
+          if (gen() % 4 != 0) ds.add(x);
+        }
+        if (ds.isEmpty()) ds.add(lo);
+        ASSERT_TRUE(s.AddJob(next_id, ds, 1 + gen() % 3, 1 + gen() % 8, now).ok());
+        if (gen() % 2 == 0) s.SetBatch(next_id, 1 + gen() % 4);
+        ++next_id;
+      } else if (kind == 1) {
+        ASSERT_TRUE(s.RemoveJob(jobs[gen() % jobs.size()]).ok());
+      } else if (kind < 5) {
+        s.Tick(now);
+      } else {
+        const JobId j = jobs[gen() % jobs.size()];
+        const size_t n = std::min<size_t>(s.Queue(j)->size(), gen() % 5);
+        (void)s.MayTake(j, n, gen() % 4, now);  // its answer may be ignored; no state but held
+        std::vector<SampleId> taken;
+        for (size_t i = 0; i < n; ++i) taken.push_back((*s.Queue(j))[i].sample);
+        ASSERT_TRUE(s.Consume(j, n, now).ok());
+        std::map<SampleId, int64_t> queued = RecountDecided(s);
+        for (SampleId x : taken) {
+          if (queued.count(x) != 0) owed.insert(x);
+        }
+        if (s.Finished(j)) {
+          ASSERT_TRUE(s.RemoveJob(j).ok());
+        }
+      }
+      const std::map<SampleId, int64_t> queued = RecountDecided(s);
+      std::erase_if(owed, [&](SampleId x) { return queued.count(x) == 0; });
+      ASSERT_EQ(sink.decided, queued) << "trial " << trial << " op " << op;
+      ASSERT_EQ(s.pacing().owed, owed.size()) << "trial " << trial << " op " << op;
+      for (JobId j : s.Jobs()) {
+        uint64_t behind = 0;
+        for (const Decision& d : *s.Queue(j)) behind += owed.count(d.sample);
+        ASSERT_EQ(s.Stats(j)->behind, behind) << "trial " << trial << " op " << op << " job " << j;
+      }
+    }
+    for (JobId j : s.Jobs()) ASSERT_TRUE(s.RemoveJob(j).ok());
+    EXPECT_TRUE(sink.decided.empty());
+    EXPECT_EQ(s.pacing().owed, 0u);
+  }
+}
+
+// Two jobs with the same queue: the first to take a batch leads; past the window it is held
+// while the follower, whose batch makes nothing owed, always moves.
+TEST(SchedulerTest, PacingHoldsTheLeaderAndNeverTheFollower) {
+  Scheduler s(Opts(64), nullptr);
+  const Roaring ds = Range(0, 100);
+  ASSERT_TRUE(s.AddJob(1, ds, 1, 16, 0).ok());
+  ASSERT_TRUE(s.AddJob(2, ds, 1, 16, 0).ok());
+  s.Tick(0);
+  ASSERT_EQ(*s.Queue(1), *s.Queue(2)) << "identical jobs decide together";
+  EXPECT_TRUE(s.MayTake(1, 4, 0, 0)) << "capacity unknown: no pacing";
+  s.SetCapacity(12);  // window = 12 - pinned - 4 = 8 owed samples
+  EXPECT_TRUE(s.MayTake(1, 4, 0, 0));
+  ASSERT_TRUE(s.Consume(1, 4, 0).ok());
+  EXPECT_EQ(s.pacing().owed, 4u);
+  EXPECT_EQ(s.Stats(2)->behind, 4u);
+  EXPECT_TRUE(s.MayTake(1, 4, 0, 1)) << "4 owed + 4 fresh <= 8";
+  ASSERT_TRUE(s.Consume(1, 4, 1).ok());
+  EXPECT_FALSE(s.MayTake(1, 4, 0, 2)) << "8 owed + 4 fresh > 8: the leader waits";
+  EXPECT_FALSE(s.MayTake(1, 4, 4, 2)) << "pins shrink the window further";
+  EXPECT_TRUE(s.MayTake(2, 4, 0, 2)) << "the follower's batch makes nothing owed";
+  ASSERT_TRUE(s.Consume(2, 4, 2).ok());
+  EXPECT_EQ(s.pacing().owed, 4u);
+  EXPECT_TRUE(s.MayTake(1, 4, 0, 3)) << "the follower took 4: room again";
+  EXPECT_EQ(s.pacing().holds, 1u) << "one batch held, however often asked";
+  EXPECT_DOUBLE_EQ(s.Stats(1)->held, 1.0) << "held from t=2 to t=3";
+}
+
+// A leader whose follower waits on its own client (all slots full) most of the time is let go:
+// the follower is slower by nature. Pacing off never holds.
+TEST(SchedulerTest, PacingLiftsForAClientBoundFollowerAndCanBeOff) {
+  for (bool pacing : {true, false}) {
+    SchedulerOptions o = Opts(64);
+    o.pacing = pacing;
+    Scheduler s(o, nullptr);
+    const Roaring ds = Range(0, 100);
+    ASSERT_TRUE(s.AddJob(1, ds, 1, 16, 0).ok());
+    ASSERT_TRUE(s.AddJob(2, ds, 1, 16, 0).ok());
+    s.Tick(0);
+    s.SetCapacity(8);  // window 4
+    ASSERT_TRUE(s.Consume(1, 4, 0).ok());
+    EXPECT_EQ(s.MayTake(1, 4, 0, 0), !pacing) << "pacing " << pacing;
+    if (!pacing) continue;
+    // The follower is starved (slots free) for 1 s: still held.
+    s.NoteClientBound(2, false, 0);
+    s.NoteClientBound(2, false, 1);
+    EXPECT_FALSE(s.MayTake(1, 4, 0, 1));
+    // Then its client is the bound for 4 s: more than half of the decayed time.
+    s.NoteClientBound(2, true, 1);
+    s.NoteClientBound(2, true, 5);
+    EXPECT_GT(s.Stats(2)->client_bound, 0.5);
+    EXPECT_TRUE(s.MayTake(1, 4, 0, 5)) << "lifted";
+    EXPECT_EQ(s.pacing().lifts, 1u);
   }
 }
 
