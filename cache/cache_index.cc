@@ -266,6 +266,15 @@ uint32_t CacheIndex::PickFurthest() const {
     const uint64_t seed = Mix(next_seq_ ^ (evictions_ << 32) ^ bytes_used_);
     for (size_t i = 0; i < k; ++i) consider(unpinned_[Mix(seed + i) % n]);
   }
+  // 3. The sample drew only decided entries while undecided ones exist: take the undecided tier's
+  // furthest among its first K (lowest counts, oldest), never a sample some job has decided.
+  if (best_decided == 1 && !order_.empty() && order_.begin()->decided == 0) {
+    scanned = 0;
+    for (auto it = order_.begin(); it != order_.end() && it->decided == 0 && scanned < k;
+         ++it, ++scanned) {
+      consider(it->node);
+    }
+  }
   return nodes_[best].sample;
 }
 

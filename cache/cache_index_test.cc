@@ -207,6 +207,34 @@ TEST(CacheIndexTest, NextUseTiesGoToLowerCountThenOldest) {
   EXPECT_EQ(DrainOrder(index), (std::vector<uint32_t>{2, 3, 1}));
 }
 
+// A sample some job has decided goes after every sample no queue holds, whatever the counts:
+// refcnt by (decided, count, age); next-use never picks a decided one while undecided remain,
+// even when its sampled candidates were all decided. decided_entries counts cached ones.
+TEST(CacheIndexTest, DecidedSamplesAreEvictedLast) {
+  CacheIndex refcnt(Opts(EvictionPolicy::kRefCnt, 10));
+  Fill(refcnt, {1, 2, 3, 4});
+  refcnt.SetRefCount(3, 4);   // in four jobs' R, decided by none
+  refcnt.SetRefCount(1, 1);   // decided by one job
+  ASSERT_TRUE(refcnt.AddDecided(1, +1));
+  ASSERT_TRUE(refcnt.AddDecided(2, +1));
+  ASSERT_TRUE(refcnt.AddDecided(9, +1));  // not cached: counted when inserted
+  EXPECT_EQ(refcnt.stats().decided_entries, 2u);
+  EXPECT_EQ(DrainOrder(refcnt), (std::vector<uint32_t>{4, 3, 2, 1}));
+  EXPECT_EQ(refcnt.stats().decided_entries, 0u);
+  EXPECT_FALSE(refcnt.AddDecided(5, -1)) << "below zero is clamped and reported";
+
+  MapOracle oracle;
+  CacheIndex nextuse(Opts(EvictionPolicy::kNextUse, 100, /*scan_limit=*/2), &oracle);
+  Fill(nextuse, {1, 2, 3, 4, 5, 6});
+  for (uint32_t s = 1; s <= 6; ++s) {
+    nextuse.SetRefCount(s, 1);
+    oracle.next[s] = 100.0 + s;  // decided ones needed latest: a plain next-use would take them
+  }
+  for (uint32_t s = 1; s <= 5; ++s) ASSERT_TRUE(nextuse.AddDecided(s, +1));
+  oracle.next[6] = 1.0;
+  EXPECT_EQ(nextuse.PickVictim(), 6u) << "6 is the only undecided entry";
+}
+
 TEST(CacheIndexTest, NextUseScanStopsAtNeverAndAtLimit) {
   MapOracle oracle;
   {

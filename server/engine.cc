@@ -277,7 +277,10 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
       joined = scheduler_->AddJob(job->sched, dataset->info.ids, request.epochs, prefetch_samples,
                                   job->created,
                                   {resume->epoch, request.resuming() ? &resume->remaining : nullptr});
-      if (joined.ok()) scheduler_->SetBatch(job->sched, request.batch_size);
+      // Without a cache nothing is prepared ahead of a batch: keep the whole prefetch decided.
+      if (joined.ok() && options_.cache_bytes > 0) {
+        scheduler_->SetBatch(job->sched, request.batch_size);
+      }
     }
     if (!joined.ok()) return joined;  // give_back, after this lock
     log::Info("job {}: dataset \"{}\" ({} samples), batch {}, {} epoch(s), transform \"{}\", {}, "
@@ -467,6 +470,16 @@ void Engine::Step() {
     if (job->group == nullptr && !job->removed && !job->done) {
       scheduler_->NoteClientBound(job->sched, job->pool->FreeCount() == 0, now);
     }
+  }
+  // A data-parallel group waits on its clients when every rank's slots are full: a single job
+  // sharing its samples is then lifted past it like past any slow job.
+  for (auto& [key, group] : groups_) {
+    if (group->sched == 0 || group->failed) continue;
+    bool bound = true;
+    for (const Job* rank : group->ranks) {
+      if (rank == nullptr || rank->pool->FreeCount() != 0) bound = false;
+    }
+    scheduler_->NoteClientBound(group->sched, bound, now);
   }
   std::vector<Assignment> decided;
   scheduler_->Tick(now, &decided);

@@ -105,7 +105,7 @@ Status Engine::JoinGroup(Job& job, const Roaring& ids, uint64_t batches_per_epoc
     job.group = nullptr;
     return added;
   }
-  scheduler_->SetBatch(sched, g.global_batch());
+  if (options_.cache_bytes > 0) scheduler_->SetBatch(sched, g.global_batch());
   g.sched = sched;
   for (Job* rank : g.ranks) rank->sched = sched;
   log::Info("data-parallel job \"{}\": all {} ranks joined in {:.2f} s; global batch {}", key,

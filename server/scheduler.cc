@@ -54,6 +54,8 @@ Scheduler::Scheduler(const SchedulerOptions& options, RefCountSink* sink)
     : options_(options), sink_(sink), tree_(options.seed) {
   if (!(options_.rate_time_constant > 0)) options_.rate_time_constant = 10.0;
   if (!(options_.prior_rate > 0)) options_.prior_rate = 1.0;
+  if (!(options_.bound_time_constant > 0)) options_.bound_time_constant = 2.0;
+  if (!(options_.lift_fraction >= 0 && options_.lift_fraction <= 1)) options_.lift_fraction = 0.5;
 }
 
 Scheduler::~Scheduler() = default;
@@ -107,8 +109,10 @@ Status Scheduler::AddJob(JobId job, const Roaring& dataset, uint32_t epochs,
   state->id = job;
   state->epochs = epochs;
   state->epoch = start.epoch;
+  const uint64_t fixed_lookahead =
+      options_.lookahead > 0 ? options_.lookahead : (options_.pacing ? 0 : kLookaheadWithoutPacing);
   state->prefetch =
-      options_.lookahead > 0 ? std::min(prefetch_samples, options_.lookahead) : prefetch_samples;
+      fixed_lookahead > 0 ? std::min(prefetch_samples, fixed_lookahead) : prefetch_samples;
   state->bound_since = now;
   state->dataset = dataset;
   state->dataset_size = dataset.cardinality();
@@ -215,8 +219,12 @@ Status Scheduler::Consume(JobId id, size_t n, double now) {
     Report(sample, -1);
     ReportDecided(sample, -1);
     // Still queued for someone: it must survive in the cache until then.
+    // (Not when only this job's own entry of a later epoch holds it.)
     auto still = uses_.find(sample);
-    if (still != uses_.end() && owed_.emplace(sample, 1).second) {
+    if (still != uses_.end() && owed_.count(sample) == 0 &&
+        std::any_of(still->second.begin(), still->second.end(),
+                    [job](const Use& u) { return u.job != job; })) {
+      owed_.emplace(sample, 1);
       for (const Use& u : still->second) ++u.job->behind;
     }
   }
@@ -400,6 +408,7 @@ uint64_t Scheduler::Window(uint64_t batch, uint64_t pinned) const {
 
 uint64_t Scheduler::EffectiveLookahead() const {
   if (options_.lookahead > 0) return options_.lookahead;
+  if (!options_.pacing) return kLookaheadWithoutPacing;  // the server before pacing
   uint64_t prefetch = 0;
   for (const auto& [id, job] : jobs_) prefetch = std::max(prefetch, job->prefetch);
   // Without a known capacity (no preparation measured yet) the window is the largest batch.
@@ -466,6 +475,9 @@ bool Scheduler::MayTake(JobId id, size_t n, uint64_t pinned, double now) {
   // Lift for a job whose laggers are slower by nature: each waits on its own client.
   bool all_bound = true;
   for (const Job* lagger : laggers_) {
+    // A job level with this one is no lagger: held too, its slots empty, it would never count
+    // as client-bound and two fast jobs would keep each other at a slow one's pace.
+    if (lagger->behind <= job->behind) continue;
     const double fraction =
         lagger->observed_time > 0 ? lagger->bound_time / lagger->observed_time : 0.0;
     if (fraction < options_.lift_fraction) {

@@ -75,10 +75,15 @@ struct Decision {
   bool operator==(const Decision&) const = default;
 };
 
+// The look-ahead with pacing off and no --lookahead: the fixed default of the server before
+// pacing, so that `--pacing off` compares with it.
+inline constexpr uint64_t kLookaheadWithoutPacing = 1024;
+
 struct SchedulerOptions {
   uint64_t seed = 1;  // the sampling tree's generator
-  // L, in samples. 0: derived (DerivedLookahead): the pacing window plus twice the largest
-  // prefetch depth, so that jobs inside the window never get masked from a round.
+  // L, in samples. 0: derived (EffectiveLookahead): the pacing window plus twice the largest
+  // prefetch depth, so that jobs inside the window never get masked from a round; with pacing
+  // off, kLookaheadWithoutPacing.
   uint64_t lookahead = 0;
   // Time constant of the rate measure, in clock units: deliveries older than a few of these no
   // longer matter.
