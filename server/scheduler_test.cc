@@ -174,12 +174,15 @@ TEST(SchedulerTest, PacingBookkeepingMatchesAModelUnderRandomOperations) {
 
 // Two jobs with the same queue: the first to take a batch leads; past the window it is held
 // while the follower, whose batch makes nothing owed, always moves.
+// Jobs 1..jobs over ids [0, ids), each `prefetch` samples decided together at time 0.
+void AddIdenticalJobs(Scheduler& s, uint32_t ids, JobId jobs, uint64_t prefetch) {
+  for (JobId j = 1; j <= jobs; ++j) ASSERT_TRUE(s.AddJob(j, Range(0, ids), 1, prefetch, 0).ok());
+  s.Tick(0);
+}
+
 TEST(SchedulerTest, PacingHoldsTheLeaderAndNeverTheFollower) {
   Scheduler s(Opts(64), nullptr);
-  const Roaring ds = Range(0, 100);
-  ASSERT_TRUE(s.AddJob(1, ds, 1, 16, 0).ok());
-  ASSERT_TRUE(s.AddJob(2, ds, 1, 16, 0).ok());
-  s.Tick(0);
+  AddIdenticalJobs(s, 100, 2, 16);
   ASSERT_EQ(*s.Queue(1), *s.Queue(2)) << "identical jobs decide together";
   EXPECT_TRUE(s.MayTake(1, 4, 0, 0)) << "capacity unknown: no pacing";
   s.SetCapacity(12);  // window = 12 - pinned - 4 = 8 owed samples
@@ -206,10 +209,7 @@ TEST(SchedulerTest, PacingLiftsForAClientBoundFollowerAndCanBeOff) {
     SchedulerOptions o = Opts(64);
     o.pacing = pacing;
     Scheduler s(o, nullptr);
-    const Roaring ds = Range(0, 100);
-    ASSERT_TRUE(s.AddJob(1, ds, 1, 16, 0).ok());
-    ASSERT_TRUE(s.AddJob(2, ds, 1, 16, 0).ok());
-    s.Tick(0);
+    AddIdenticalJobs(s, 100, 2, 16);
     s.SetCapacity(8);  // window 4
     ASSERT_TRUE(s.Consume(1, 4, 0).ok());
     EXPECT_EQ(s.MayTake(1, 4, 0, 0), !pacing) << "pacing " << pacing;
@@ -231,9 +231,7 @@ TEST(SchedulerTest, PacingLiftsForAClientBoundFollowerAndCanBeOff) {
 // past the slow one; neither counts as the other's lagger (both held, neither client-bound).
 TEST(SchedulerTest, PacingLiftsTwoFastJobsPastOneSlowOne) {
   Scheduler s(Opts(64), nullptr);
-  const Roaring ds = Range(0, 100);
-  for (JobId j : {1, 2, 3}) ASSERT_TRUE(s.AddJob(j, ds, 1, 16, 0).ok());
-  s.Tick(0);
+  AddIdenticalJobs(s, 100, 3, 16);
   s.SetCapacity(8);  // window 4
   ASSERT_TRUE(s.Consume(1, 4, 0).ok());
   ASSERT_TRUE(s.Consume(2, 4, 0).ok());
@@ -250,10 +248,7 @@ TEST(SchedulerTest, PacingLiftsTwoFastJobsPastOneSlowOne) {
 // owed + fresh is at most the union, which is within the window.
 TEST(SchedulerTest, PacingNeverHoldsWhenTheCacheHoldsEverything) {
   Scheduler s(Opts(64), nullptr);
-  const Roaring ds = Range(0, 20);
-  ASSERT_TRUE(s.AddJob(1, ds, 1, 20, 0).ok());
-  ASSERT_TRUE(s.AddJob(2, ds, 1, 20, 0).ok());
-  s.Tick(0);
+  AddIdenticalJobs(s, 20, 2, 20);
   s.SetCapacity(28);  // 20 samples + 4 pinned + a batch of 4
   ASSERT_TRUE(s.Consume(1, 16, 0).ok());
   EXPECT_TRUE(s.MayTake(1, 4, 4, 0)) << "16 owed + 4 fresh fit the window of 20";
