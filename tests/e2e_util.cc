@@ -10,11 +10,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "carpool/client.h"
+#include "datasets/catalog.h"
 #include "server/instance_name.h"
 
 namespace carpool::e2e {
@@ -246,5 +249,33 @@ bool E2eEnv::WaitForJobs(size_t jobs, std::chrono::milliseconds timeout,
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
+
+void CheckEpochs(const E2eEnv& env, const std::string& dataset, const std::string& ids_file,
+                 uint32_t epochs) {
+  Result<std::unique_ptr<Catalog>> catalog = Catalog::Open(env.state());
+  ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+  Result<DatasetInfo> info = (*catalog)->GetDataset(dataset);
+  ASSERT_TRUE(info.ok());
+  Result<std::vector<SampleRecord>> records = (*catalog)->GetSamples(info->ids);
+  ASSERT_TRUE(records.ok());
+  std::map<uint32_t, int32_t> label;
+  for (const SampleRecord& r : *records) label[r.id] = r.label;
+
+  std::vector<Delivery> got = ReadIds(env.dir() / ids_file);
+  ASSERT_EQ(got.size(), uint64_t{epochs} * label.size()) << dataset;
+  std::vector<std::multiset<uint32_t>> per_epoch(epochs);
+  for (const Delivery& d : got) {
+    ASSERT_LT(d.epoch, epochs);
+    ASSERT_TRUE(label.count(d.sample)) << dataset << ": sample " << d.sample << " not in it";
+    ASSERT_EQ(d.label, label[d.sample]) << dataset << ": sample " << d.sample;
+    per_epoch[d.epoch].insert(d.sample);
+  }
+  for (uint32_t e = 0; e < epochs; ++e) {
+    ASSERT_EQ(per_epoch[e].size(), label.size());
+    std::set<uint32_t> distinct(per_epoch[e].begin(), per_epoch[e].end());
+    EXPECT_EQ(distinct.size(), label.size()) << dataset << " epoch " << e << " repeats a sample";
+  }
+}
+
 
 }  // namespace carpool::e2e

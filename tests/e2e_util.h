@@ -61,6 +61,12 @@ struct Delivery {
 };
 std::vector<Delivery> ReadIds(const fs::path& file);
 
+class E2eEnv;
+// Every epoch in `ids_file` (under env.dir(), written by `consume --ids-out`) delivers each sample
+// of `dataset` exactly once, with the catalog's label. Fails the calling test otherwise.
+void CheckEpochs(const E2eEnv& env, const std::string& dataset, const std::string& ids_file,
+                 uint32_t epochs);
+
 class E2eEnv {
  public:
   E2eEnv();

@@ -1,0 +1,63 @@
+// Issue 20, must show: four jobs in sync with the cache at 10% of the prepared set still share
+// preparation. Its own binary, run serially (tests/CMakeLists.txt): a test running beside it on
+// the same 2 cores starves the clients, which then count as client-bound and lift the pacing.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tests/e2e_util.h"
+
+namespace carpool::e2e {
+namespace {
+
+// Issue 20: the data outgrows the cache. Four identical jobs started together over 2,000 JPEGs,
+// with the cache at 10% of the prepared set, must still share: at most 0.35 preparations per
+// delivery (the bound is 0.25; independent loaders make 1.0, and the server made 0.94-1.17
+// before the pacing). Each job still gets every sample exactly once per epoch.
+TEST(E2ePacingTest, FourJobsShareWithTheCacheAtTenPercentOfTheSet) {
+  E2eEnv env;
+  constexpr int kImages = 2000;
+  // Prepared samples of 128x128x3 = 49,152 bytes, from 320x240 JPEGs: preparation must be the
+  // bound, as in the issue. With 96x72 images the four clients were the bound on 2 cores, the
+  // laggers counted as client-bound and the pacing lifted (0.46-0.51 per delivery): right by its
+  // rule, since preparation had slack, but not what this test is about.
+  constexpr int kSide = 128;
+  ASSERT_NO_FATAL_FAILURE(env.GenImages(env.dir() / "images", kImages, "320x240"));
+  env.Dataset({"add", "imgs", "--dir", (env.dir() / "images").string(), "--prepare",
+               fmt::format("resize={},crop={}", kSide, kSide)});
+  const uint64_t prepared_set = uint64_t{kImages} * kSide * kSide * 3;
+  env.StartServer({"--cache-size", std::to_string(prepared_set / 10), "--workers", "2"});
+  std::vector<pid_t> jobs;
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = fmt::format("j{}", i);
+    jobs.push_back(env.Consume({"--dataset", "imgs", "--batch-size", "16", "--epochs", "2",
+                                "--json", "--ids-out", (env.dir() / (name + ".csv")).string()},
+                               name));
+  }
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = fmt::format("j{}", i);
+    CliResult r = env.Wait(jobs[i], name);
+    ASSERT_EQ(r.code, 0) << name << ": " << r.err;
+    EXPECT_EQ(JsonNumber(r.out, "skipped"), 0) << r.out;
+  }
+  for (int i = 0; i < 4; ++i) CheckEpochs(env, "imgs", fmt::format("j{}.csv", i), 2);
+  const std::string s = env.Status();
+  const double preparations = JsonNumber(s, "preparations");
+  const double deliveries = JsonNumber(s, "deliveries");
+  std::printf("issue-20 sync4 at a 10%% cache: preparations %.0f, deliveries %.0f, %.3f per "
+              "delivery, evictions %.0f, pacing holds %.0f, lifts %.0f\n",
+              preparations, deliveries, preparations / deliveries, JsonNumber(s, "evictions"),
+              JsonNumber(s, "holds"), JsonNumber(s, "lifts"));
+  EXPECT_EQ(deliveries, 4 * 2 * kImages);
+  EXPECT_LE(preparations / deliveries, 0.35) << s;
+  EXPECT_EQ(JsonNumber(s, "refcount_total"), 0) << s;
+  EXPECT_EQ(JsonNumber(s, "pins"), 0) << s;
+  env.StopServer(SIGTERM);
+}
+
+}  // namespace
+}  // namespace carpool::e2e
