@@ -197,7 +197,14 @@ TEST(E2eAccessTest, AnotherUserReachesTheServerOnlyThroughItsGroup) {
                                  logs.path() / "member.out", logs.path() / "member.err");
   std::optional<struct stat> batch_segment;  // stat while the job runs: removed with the job
   const auto deadline = std::chrono::steady_clock::now() + kNoHang;
-  while (!batch_segment && std::chrono::steady_clock::now() < deadline) {
+  // The server creates a segment, then gives it the group and mode (fchown, fchmod) before any
+  // client hears of it; a stat in between sees 0600 (one fresh-clone CI run did), so look until
+  // the mode is final or the time is up.
+  const auto settled = [&] {
+    return batch_segment && (batch_segment->st_mode & 0777) == 0660 &&
+           batch_segment->st_gid == accounts.gid();
+  };
+  while (!settled() && std::chrono::steady_clock::now() < deadline) {
     for (const std::string& s : shared.Segments()) {
       struct stat st {};
       if (s.find("-job-") != std::string::npos && ::stat(("/dev/shm/" + s).c_str(), &st) == 0) {
