@@ -232,7 +232,6 @@ class Engine : public JobService {
   uint64_t most_entries_ GUARDED_BY(mu_) = 0;  // the most samples the cache has held
   // Counters.
   uint64_t preparations_ GUARDED_BY(mu_) = 0;
-  uint64_t prepared_bytes_ GUARDED_BY(mu_) = 0;  // payload bytes of those preparations
   uint64_t transient_preparations_ GUARDED_BY(mu_) = 0;
   uint64_t deliveries_ GUARDED_BY(mu_) = 0;
   uint64_t batches_ GUARDED_BY(mu_) = 0;

@@ -98,7 +98,6 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
       return;
     }
     ++preparations_;
-    prepared_bytes_ += written->bytes();
     Check(states_.Committed(sample, *written));
   });
 }

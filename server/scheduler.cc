@@ -406,11 +406,16 @@ uint64_t Scheduler::Window(uint64_t batch, uint64_t pinned) const {
   return std::max<uint64_t>(std::max<uint64_t>(batch, 1), free > batch ? free - batch : 0);
 }
 
+uint64_t Scheduler::MaxPrefetch() const {
+  uint64_t prefetch = 0;
+  for (const auto& [id, job] : jobs_) prefetch = std::max(prefetch, job->prefetch);
+  return prefetch;
+}
+
 uint64_t Scheduler::EffectiveLookahead() const {
   if (options_.lookahead > 0) return options_.lookahead;
   if (!options_.pacing) return kLookaheadWithoutPacing;  // the server before pacing
-  uint64_t prefetch = 0;
-  for (const auto& [id, job] : jobs_) prefetch = std::max(prefetch, job->prefetch);
+  const uint64_t prefetch = MaxPrefetch();
   // Without a known capacity (no preparation measured yet) the window is the largest batch.
   const uint64_t window = capacity_ > 0 ? Window(prefetch, last_pinned_) : prefetch;
   return std::max<uint64_t>(64, window + 2 * prefetch);
@@ -498,8 +503,6 @@ PacingStats Scheduler::pacing() const {
   PacingStats p;
   p.enabled = options_.pacing;
   p.capacity = capacity_;
-  uint64_t prefetch = 0;
-  for (const auto& [id, job] : jobs_) prefetch = std::max(prefetch, job->prefetch);
   p.window = capacity_ > 0 ? Window(last_batch_, last_pinned_) : 0;
   p.owed = owed_.size();
   p.lookahead = EffectiveLookahead();

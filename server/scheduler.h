@@ -240,6 +240,7 @@ class Scheduler : public cache::NextUseOracle {
   void Report(SampleId sample, int64_t delta) const;
   void ReportDecided(SampleId sample, int64_t delta) const;
   uint64_t Window(uint64_t batch, uint64_t pinned) const;
+  uint64_t MaxPrefetch() const;  // over the jobs: O(jobs)
   void ReportAll(const Roaring& set, int64_t delta) const;
 
   SchedulerOptions options_;

@@ -57,6 +57,19 @@ SchedulerOptions Opts(uint64_t lookahead, uint64_t seed = 7) {
   return o;
 }
 
+// Adds a job over ids of [lo, lo + width) for a random lo below `spread`, each kept unless a
+// 1-in-`drop` draw leaves it out, with random epochs and prefetch. True when AddJob succeeds.
+bool AddRandomJob(Scheduler& s, std::mt19937_64& gen, JobId id, uint32_t spread, uint32_t width,
+                  uint32_t drop, double now) {
+  Roaring ds;
+  const uint32_t lo = static_cast<uint32_t>(gen() % spread);
+  for (uint32_t x = lo; x < lo + width; ++x) {
+    if (gen() % drop != 0) ds.add(x);
+  }
+  if (ds.isEmpty()) ds.add(lo);
+  return s.AddJob(id, ds, 1 + gen() % 3, 1 + gen() % 8, now).ok();
+}
+
 TEST(SchedulerTest, RefCountsMatchRecountUnderRandomOperations) {
   std::mt19937_64 gen(42);
   for (int trial = 0; trial < 20; ++trial) {
@@ -70,13 +83,7 @@ TEST(SchedulerTest, RefCountsMatchRecountUnderRandomOperations) {
       const int kind = static_cast<int>(gen() % 10);
       std::vector<JobId> jobs = s.Jobs();
       if (kind == 0 || jobs.empty()) {
-        Roaring ds;
-        const uint32_t lo = static_cast<uint32_t>(gen() % 60);
-        for (uint32_t x = lo; x < lo + 40; ++x) {
-          if (gen() % 3 != 0) ds.add(x);
-        }
-        if (ds.isEmpty()) ds.add(lo);
-        ASSERT_TRUE(s.AddJob(next_id++, ds, 1 + gen() % 3, 1 + gen() % 8, now).ok());
+        ASSERT_TRUE(AddRandomJob(s, gen, next_id++, 60, 40, 3, now));
       } else if (kind == 1) {
         ASSERT_TRUE(s.RemoveJob(jobs[gen() % jobs.size()]).ok());
       } else if (kind < 5) {
@@ -123,13 +130,7 @@ TEST(SchedulerTest, PacingBookkeepingMatchesAModelUnderRandomOperations) {
       const int kind = static_cast<int>(gen() % 10);
       std::vector<JobId> jobs = s.Jobs();
       if (kind == 0 || jobs.empty()) {
-        Roaring ds;
-        const uint32_t lo = static_cast<uint32_t>(gen() % 30);
-        for (uint32_t x = lo; x < lo + 30; ++x) {
-          if (gen() % 4 != 0) ds.add(x);
-        }
-        if (ds.isEmpty()) ds.add(lo);
-        ASSERT_TRUE(s.AddJob(next_id, ds, 1 + gen() % 3, 1 + gen() % 8, now).ok());
+        ASSERT_TRUE(AddRandomJob(s, gen, next_id, 30, 30, 4, now));
         if (gen() % 2 == 0) s.SetBatch(next_id, 1 + gen() % 4);
         ++next_id;
       } else if (kind == 1) {
