@@ -2,7 +2,7 @@
 """A small hyperparameter sweep of PyTorch training jobs that share one carpool server.
 
   sweep_demo.py sweep --socket S --label L --out L.json   # runs SWEEP, one process per job
-  sweep_demo.py compare A.json B.json                      # the two sweeps side by side
+  sweep_demo.py compare A.json B.json [C.json ...]         # the sweeps side by side
 Each job is a process running scripts/fmnist_train.py.
 
 scripts/demo.sh runs it twice: against a server with its cache (sharing on) and against one with
@@ -107,15 +107,16 @@ def print_sweep(r):
 
 
 def compare(args):
-    a, b = (json.loads(pathlib.Path(p).read_text()) for p in (args.a, args.b))
-    print(f"\n{'':30} {a['label']:>16} {b['label']:>16}")
-    for j, k in zip(a["jobs"], b["jobs"]):
+    runs = [json.loads(pathlib.Path(p).read_text()) for p in args.sweeps]
+    print(f"\n{'':30}" + "".join(f" {r['label']:>16}" for r in runs))
+    for jobs in zip(*(r["jobs"] for r in runs)):
+        j = jobs[0]
         what = f"job {j['name']} ({j['dataset']}, lr {j['lr']})"
-        print(f"{what:30} {'acc ' + format(j.get('accuracy', float('nan')), '.4f'):>16} "
-              f"{'acc ' + format(k.get('accuracy', float('nan')), '.4f'):>16}")
+        print(f"{what:30}" + "".join(
+            f" {'acc ' + format(k.get('accuracy', float('nan')), '.4f'):>16}" for k in jobs))
     for key, fmt in (("preparations", "d"), ("deliveries", "d"), ("sharing_ratio", ".2f"),
                      ("wall_s", ".1f")):
-        print(f"{key:30} {format(a[key], fmt):>16} {format(b[key], fmt):>16}")
+        print(f"{key:30}" + "".join(f" {format(r[key], fmt):>16}" for r in runs))
 
 
 def main():
@@ -128,8 +129,7 @@ def main():
     s.add_argument("--out", required=True)
     s.add_argument("--seed", type=int, default=0)
     c = sub.add_parser("compare")
-    c.add_argument("a")
-    c.add_argument("b")
+    c.add_argument("sweeps", nargs="+", metavar="SWEEP.json", help="two or more sweeps")
     args = ap.parse_args()
     {"sweep": run_sweep, "compare": compare}[args.cmd](args)
 
