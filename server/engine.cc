@@ -146,7 +146,19 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
         image.status().message()));
   }
 
-  Roaring table_ids = dataset->info.ids;  // the whole dataset: the table holds all its samples
+  // Its samples are keyed under its prepare spec: another spec of the same files is another
+  // prepared sample (server/prepared_keys.h).
+  uint32_t key_base = 0;
+  {
+    MutexLock lock(mu_);
+    Result<uint32_t> base =
+        keys_.BaseFor(dataset->spec(), dataset->info.ids.maximum(), request.dataset);
+    if (!base.ok()) return base.status();
+    key_base = *base;
+  }
+  dataset->block->key_base = key_base;
+  // The whole dataset: the table holds all its samples.
+  Roaring table_ids = KeysOf(dataset->info.ids, key_base);
   // A job spanning several nodes gets this node's part; every node agrees on the batch count.
   uint64_t agreed_batches = 0;
   if (ranked) {
@@ -175,6 +187,9 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   // A job resumed from a checkpoint: the rest of its epoch, then its remaining epochs.
   Result<ResumePoint> resume = ResumeFrom(request, dataset->info.ids, ranked);
   if (!resume.ok()) return resume.status();
+  // From here on the scheduler sees keys; only batches carry catalog ids again.
+  const Roaring keys = KeysOf(dataset->info.ids, key_base);
+  resume->remaining = KeysOf(resume->remaining, key_base);
   auto job = std::make_unique<Job>();
   job->request = request;
   job->epoch = resume->epoch;
@@ -185,6 +200,8 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   job->image = *image;
   job->sink = std::move(sink);
   job->gpu = ServedGpu(*device);
+  job->key_base = key_base;
+  job->prepare_spec = dataset->spec().ToString();
   // Into the sample table in parts, each its own short hold of the lock: 1.28M samples in one
   // hold stalled the other jobs' batches for over a second on a loaded machine.
   const size_t count = dataset->size();
@@ -192,9 +209,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     MutexLock lock(mu_);
     Status added = samples_.Add(*dataset, at, std::min(count, at + kTableAddChunk));
     if (!added.ok()) {
-      Roaring partial;  // what the parts before this one added
-      for (size_t i = 0; i < at; ++i) partial.add(dataset->block->records.rows[i].id);
-      ForgetUnused(samples_.Release(partial));
+      ForgetUnused(samples_.Release(SampleTable::KeysOf(*dataset, at)));  // the parts before
       return added;
     }
   }
@@ -272,9 +287,9 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     Status joined;
     if (ranked) {
       job->sched = 0;  // the group's, once every rank has joined
-      joined = JoinGroup(*job, dataset->info.ids, agreed_batches);
+      joined = JoinGroup(*job, keys, agreed_batches);
     } else if (!job->nothing_left) {
-      joined = scheduler_->AddJob(job->sched, dataset->info.ids, request.epochs, prefetch_samples,
+      joined = scheduler_->AddJob(job->sched, keys, request.epochs, prefetch_samples,
                                   job->created,
                                   {resume->epoch, request.resuming() ? &resume->remaining : nullptr});
       // Without a cache nothing is prepared ahead of a batch: keep the whole prefetch decided.
@@ -528,9 +543,10 @@ void Engine::ForgetUnused(const ReleasedSamples& released) {
 void Engine::ForgetIfUnused(uint32_t sample) {
   if (samples_.Contains(sample)) return;  // a job uses it again
   // Its worker reports back, then calls this again (Prepare). A bad sample stays bad (sticky,
-  // counted once): a few entries.
+  // counted once): a few entries. A faulted one goes: a later job tries it again.
   const SampleState state = states_.Get(sample);
-  if (state == SampleState::kPreparing || state == SampleState::kBad) return;
+  if (state == SampleState::kPreparing) return;
+  if (state == SampleState::kBad && states_.Fault(sample) == nullptr) return;  // data: sticky
   // The cache still holds it: keep its shape so that a later job's hit can use it.
   if (cache_->Holds(sample)) {
     cached_orphans_.insert(sample);
@@ -637,6 +653,12 @@ void Engine::TryBuildBatch(Job& job) {
     return;
   }
   if (use_cache && !FrontBatchPrepared(job, decisions)) return;
+  // A sample whose preparation threw (not a data error) fails the jobs that need it.
+  for (const Decision& d : decisions) {
+    if (const std::string* fault = states_.Fault(d.sample)) {
+      return FailJob(job, Status::Internal(*fault));
+    }
+  }
   BatchTask task;
   task.job = &job;
   task.epoch = job.epoch;
@@ -744,12 +766,31 @@ void Engine::FinishIfDone(Job& job) {
   job.sink->DeliverEndOfData(job.request.epochs);
 }
 
+void Engine::FailJob(Job& job, const Status& why) {
+  if (job.group != nullptr) {
+    if (!job.group->failed) FailGroup(*job.group, why);
+    return;
+  }
+  if (job.done) return;
+  log::Warn("job {} fails: {}", job.id, why.ToString());
+  job.done = true;
+  if (scheduler_->Contains(job.sched)) {
+    Status removed = scheduler_->RemoveJob(job.sched);
+    if (!removed.ok()) log::Error("job {}: {}", job.id, removed.ToString());
+  }
+  job.front_prepared = 0;
+  job.front_scanned = false;
+  job.sink->DeliverError(why);
+}
+
 void Engine::MarkBad(uint32_t sample, const SampleSource& source, const Status& status) {
   if (states_.MarkBad(sample, status.ToString())) {
-    log::Warn("sample {} (\"{}\"{}) is skipped: {}", sample, source.record.path,
+    log::Warn("sample {} (\"{}\"{}, prepared as \"{}\") is skipped: {}", source.record.id,
+              source.record.path,
               source.record.record_index >= 0
                   ? fmt::format(", record {}", source.record.record_index)
                   : std::string(),
+              source.spec.ToString(),
               status.ToString());
   }
 }

@@ -16,10 +16,13 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "cache/sample_cache.h"
@@ -30,8 +33,10 @@
 #include "server/batch_pool.h"
 #include "server/engine_samples.h"
 #include "server/engine_snapshot.h"
+#include "server/fault_injection.h"
 #include "server/gpu_service.h"
 #include "server/job_service.h"
+#include "server/prepared_keys.h"
 #include "server/sample_states.h"
 #include "server/scheduler.h"
 #include "server/transform.h"
@@ -60,6 +65,7 @@ struct EngineOptions {
   std::chrono::milliseconds rank_join_timeout{60000};
   // The cross-node partition's seed (sampler/node_partition.h): the same on every node of a sweep.
   uint64_t partition_seed = kDefaultPartitionSeed;
+  FaultInjection faults;  // tests only: samples whose tasks throw (server/fault_injection.h)
 };
 
 class Engine : public JobService {
@@ -182,9 +188,36 @@ class Engine : public JobService {
   // Logs a bookkeeping transition that failed (a bug, never expected).
   void Check(const Status& transition) const REQUIRES(mu_);
 
-  // Worker tasks (engine_tasks.cc).
+  // Fails a job (every rank of a data-parallel one) with `why`: its decisions and references go
+  // now, the client hears the error, and the job stays until its client leaves.
+  void FailJob(Job& job, const Status& why) REQUIRES(mu_);
+
+  // Worker tasks (engine_tasks.cc). Each is a fault barrier: a data error skips the sample, and any
+  // other throw fails the jobs the task serves and gives back what it held (docs/server.md).
   void Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source);
   void Assemble(BatchTask task);
+  struct PrepareProgress {
+    bool allocated = false;  // holds a cache allocation not yet committed
+    bool finished = false;   // its state is updated: nothing is left to give back
+  };
+  void PrepareInCache(uint32_t sample, const SampleSource& src, PrepareProgress& progress);
+  // A throw out of PrepareInCache: aborts its allocation and marks the sample faulted.
+  void PrepareFaulted(uint32_t sample, const SampleSource& src, const PrepareProgress& progress,
+                      std::string_view what);
+  // Assemble's first part: the batch's images transformed into its slot (host or device).
+  struct AssembleResult {
+    std::vector<PreparedView> views;
+    std::vector<PreparedImage> owned;  // samples prepared here (views point into it)
+    std::vector<uint32_t> ids;         // keys, then catalog ids once written
+    std::vector<int32_t> labels;
+    std::vector<uint64_t> seeds;
+    std::vector<std::pair<uint32_t, Status>> unreadable;
+    std::optional<Status> misfit;  // the first sample its transform cannot take: fails the job
+    uint32_t skipped = 0;
+    uint64_t transient = 0;
+    uint32_t n = 0;  // samples in the published batch
+  };
+  void AssembleInto(const BatchTask& task, AssembleResult& out);
   // Prepares one sample outside the cache (no cache, or no room): counts a preparation.
   Result<PreparedImage> PrepareTransient(const SampleSource& source);
 
@@ -219,6 +252,7 @@ class Engine : public JobService {
   // Thread-safe; after cache_ (its registration of the segment goes first) and before jobs_
   // (their device slots go first). Lock order: a GPU's own mutex, then mu_ (its next-use query).
   std::vector<std::unique_ptr<GpuService>> gpus_;
+  PreparedKeys keys_ GUARDED_BY(mu_);  // a prepare spec's key base
   SampleTable samples_ GUARDED_BY(mu_);
   std::map<uint64_t, std::unique_ptr<Job>> jobs_ GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<Group>> groups_ GUARDED_BY(mu_);  // by job key

@@ -24,7 +24,9 @@ struct Engine::Job {
   JobId sched = 0;  // the scheduler's and the sampling tree's id (same value)
   protocol::CreateJob request;
   uint64_t dataset_size = 0;
-  Roaring table_ids;  // the samples it counts as a user of in the sample table (its dataset's)
+  std::string prepare_spec;  // its dataset's, as text
+  uint32_t key_base = 0;  // its prepare spec's (PreparedKeys): sample key = key_base + catalog id
+  Roaring table_ids;  // the keys it counts as a user of in the sample table (its dataset's)
   bool nothing_left = false;  // resumed from a checkpoint taken after its last batch
   TransformSpec transform;
   ImageShape image;  // of one transformed sample
@@ -51,7 +53,6 @@ struct Engine::Job {
   bool front_scanned = false;
   bool removed = false;     // RemoveJob has begun: build nothing more
   bool done = false;        // end-of-data sent and the job left the scheduler
-  bool misfit_logged = false;  // a sample its transform cannot take was logged (once per job)
 
   // A rank of a data-parallel job: its group holds the scheduler's participant (`sched` is the
   // group's once it has formed, 0 before) and splits each global batch into the ranks' slices.

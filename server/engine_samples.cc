@@ -114,13 +114,13 @@ Result<DatasetSamples> LoadDatasetSamples(const Catalog& catalog, std::string_vi
 Status SampleTable::Check(const DatasetSamples& dataset, size_t begin, size_t end) const {
   const SampleRecords& r = dataset.block->records;
   for (size_t i = begin; i < end; ++i) {
-    auto it = map_.find(r.rows[i].id);
+    auto it = map_.find(dataset.block->key_base + r.rows[i].id);
     if (it != map_.end() && !(it->second.block->spec == dataset.spec())) {
       return Status::FailedPrecondition(fmt::format(
-          "dataset \"{}\" prepares sample {} (\"{}\") as \"{}\", but this server already prepares "
-          "it as \"{}\" for another dataset; restart the server to change the prepare spec",
+          "dataset \"{}\" prepares sample {} (\"{}\") as \"{}\", but the server keys it (key {}) "
+          "as \"{}\"; this is a bug, please report it",
           dataset.info.name, r.rows[i].id, r.Path(i), dataset.spec().ToString(),
-          it->second.block->spec.ToString()));
+          dataset.block->key_base + r.rows[i].id, it->second.block->spec.ToString()));
     }
   }
   return Status::OK();
@@ -139,8 +139,8 @@ Status SampleTable::Add(const DatasetSamples& dataset, size_t begin, size_t end)
   };
   for (size_t i = begin; i < end; ++i) {
     const SampleRecords::Row& row = r.rows[i];
-    auto [it, inserted] =
-        map_.try_emplace(row.id, Entry{dataset.block, static_cast<uint32_t>(i), 0});
+    auto [it, inserted] = map_.try_emplace(dataset.block->key_base + row.id,
+                                           Entry{dataset.block, static_cast<uint32_t>(i), 0});
     ++it->second.users;
     if (!inserted || row.kind != SampleRecords::Kind::kIdx) continue;
     if (run > 0 && run_file != row.file) flush();
@@ -151,9 +151,15 @@ Status SampleTable::Add(const DatasetSamples& dataset, size_t begin, size_t end)
   return Status::OK();
 }
 
-ReleasedSamples SampleTable::Release(const Roaring& ids) {
+Roaring SampleTable::KeysOf(const DatasetSamples& dataset, size_t end) {
+  Roaring keys;
+  for (size_t i = 0; i < end; ++i) keys.add(dataset.block->key_base + dataset.block->records.rows[i].id);
+  return keys;
+}
+
+ReleasedSamples SampleTable::Release(const Roaring& keys) {
   ReleasedSamples out;
-  for (uint32_t id : ids) {
+  for (uint32_t id : keys) {
     auto it = map_.find(id);
     if (it == map_.end() || --it->second.users > 0) continue;
     const SampleBlock& block = *it->second.block;

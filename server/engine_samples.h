@@ -1,6 +1,6 @@
 // What the engine knows about each sample it serves: its catalog record, the prepare spec of the
 // dataset it came through and, for raw records, the shape that the bytes alone cannot tell.
-// The cache is keyed by sample id, so a sample has one prepare spec in a server's lifetime.
+// The table is keyed by prepared key (server/prepared_keys.h): a catalog id under one prepare spec.
 #ifndef CARPOOL_SERVER_ENGINE_SAMPLES_H_
 #define CARPOOL_SERVER_ENGINE_SAMPLES_H_
 
@@ -25,6 +25,7 @@ namespace carpool {
 struct SampleBlock {
   SampleRecords records;
   PrepareSpec spec;
+  uint32_t key_base = 0;  // of the spec (PreparedKeys): a row's key is key_base + its catalog id
   std::vector<PreparedShape> raw_shapes;  // raw specs only: by file (IDX: rows x cols x channels)
   // Set when the table drops a row's sample (its last job left): a queued preparation skips it.
   std::unique_ptr<std::atomic<bool>[]> released;
@@ -70,8 +71,8 @@ struct ReleasedSamples {
 // Thread-compatible: the engine holds its lock around every call.
 class SampleTable {
  public:
-  // Checks that Add would succeed: FailedPrecondition when a known sample has another prepare
-  // spec (two datasets registered from the same files with different specs). O(samples).
+  // Checks that Add would succeed: FailedPrecondition when a known key has another prepare spec,
+  // which PreparedKeys rules out (a bookkeeping bug). O(samples).
   Status Check(const DatasetSamples& dataset) const { return Check(dataset, 0, dataset.size()); }
   Status Check(const DatasetSamples& dataset, size_t begin, size_t end) const;
   // Check, then counts one more user of every sample, adding those not yet known. O(samples).
@@ -79,10 +80,12 @@ class SampleTable {
   // The same for samples [begin, end) of the dataset, so that a caller can add a large dataset
   // in parts, letting others take its lock in between.
   Status Add(const DatasetSamples& dataset, size_t begin, size_t end);
-  // One user fewer of each of `ids` (what one Add added); drops the samples left unused and
-  // returns them. O(|ids|).
-  ReleasedSamples Release(const Roaring& ids);
-  // nullptr for an unknown id. Builds the source from its block: O(path length), one allocation.
+  // One user fewer of each of `keys` (what one Add added); drops the samples left unused and
+  // returns them. O(|keys|).
+  ReleasedSamples Release(const Roaring& keys);
+  // The keys of the dataset's rows [0, end): what Add(dataset, 0, end) added. O(end).
+  static Roaring KeysOf(const DatasetSamples& dataset, size_t end);
+  // nullptr for an unknown key. Builds the source from its block: O(path length), one allocation.
   std::shared_ptr<const SampleSource> Find(uint32_t id) const;
   bool Contains(uint32_t id) const { return map_.count(id) > 0; }
   // The sample's label (-1 unlabelled or unknown), without building its source. O(1).

@@ -28,6 +28,7 @@ struct JobSnapshot {
   uint32_t prefetch = 0, unreleased = 0;
   bool assembling = false, done = false;
   std::string device;  // "cpu" or "cuda:N"
+  std::string prepare_spec;  // its dataset's: the key its samples are prepared under
   // A rank of a data-parallel job (world_size > 1): its key, and the group's padded entries.
   std::string job_key;
   uint32_t rank = 0, world_size = 1;
@@ -43,6 +44,7 @@ struct EngineSnapshot {
   uint64_t lookahead = 0;  // in force: derived, or the --lookahead override
   PacingStats pacing;
   std::string policy;
+  std::vector<std::string> prepare_specs;  // keyed apart, by slot (server/prepared_keys.h)
   std::vector<JobSnapshot> jobs;
   uint64_t jobs_created = 0, jobs_removed = 0;
   cache::CacheStats cache;

@@ -41,6 +41,7 @@ JobSnapshot Engine::SnapshotJob(const Job& job) const {
   j.assembling = job.assembling;
   j.done = job.done;
   j.device = job.gpu ? fmt::format("cuda:{}", job.gpu->device()) : "cpu";
+  j.prepare_spec = job.prepare_spec;
   if (job.group != nullptr) {
     j.job_key = job.group->key;
     j.rank = job.rank;
@@ -58,6 +59,7 @@ EngineSnapshot Engine::SnapshotLocked() const {
   s.pacing = scheduler_->pacing();
   s.lookahead = s.pacing.lookahead;
   s.policy = cache::EvictionPolicyName(options_.policy);
+  for (const PrepareSpec& spec : keys_.specs()) s.prepare_specs.push_back(spec.ToString());
   for (const auto& [id, job] : jobs_) s.jobs.push_back(SnapshotJob(*job));
   s.jobs_created = jobs_created_;
   s.jobs_removed = jobs_removed_;
@@ -123,6 +125,7 @@ Json JobJson(const JobSnapshot& j) {
           {"assembling", j.assembling},
           {"done", j.done},
           {"device", j.device},
+          {"prepare_spec", j.prepare_spec},
           {"job_key", j.job_key},
           {"rank", j.rank},
           {"world_size", j.world_size},
@@ -173,6 +176,7 @@ Json ServerJson(const EngineSnapshot& s) {
             {"holds", s.pacing.holds},
             {"lifts", s.pacing.lifts}}},
           {"policy", s.policy},
+          {"prepare_specs", s.prepare_specs},
           {"jobs", std::move(jobs)},
           {"jobs_created", s.jobs_created},
           {"jobs_removed", s.jobs_removed},

@@ -27,11 +27,42 @@ Engine::WorkerLock::WorkerLock(Engine& engine) : engine_(engine) {
 Engine::WorkerLock::~WorkerLock() { engine_.mu_.Unlock(); }
 
 void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source) {
-  const SampleSource& src = *source;
+  PrepareProgress progress;
+  try {
+    PrepareInCache(sample, *source, progress);
+  } catch (const std::exception& e) {
+    PrepareFaulted(sample, *source, progress, e.what());
+  } catch (...) {
+    PrepareFaulted(sample, *source, progress, "an exception of unknown type");
+  }
+}
+
+void Engine::PrepareFaulted(uint32_t sample, const SampleSource& src,
+                            const PrepareProgress& progress, std::string_view what) {
+  if (progress.finished) {  // thrown after the state was updated: nothing is held any more
+    log::Error("sample {}: its preparation threw after it ended: {}", src.record.id, what);
+    return;
+  }
+  if (progress.allocated) (void)cache_->Abort(sample);
+  {
+    WorkerLock lock(*this);
+    const std::string reason = fmt::format(
+        "preparing sample {} (\"{}\", prepared as \"{}\") failed inside the server: {}",
+        src.record.id, src.record.path, src.spec.ToString(), what);
+    if (states_.MarkFaulted(sample, reason)) log::Error("{}", reason);
+    --prep_outstanding_;
+    ForgetIfUnused(sample);  // a job coming back to it later tries again
+    woken_ = true;
+  }
+  wake_.notify_one();
+}
+
+void Engine::PrepareInCache(uint32_t sample, const SampleSource& src, PrepareProgress& progress) {
   // Ends the task: `fn` updates the sample's state under the lock.
   auto finish = [&](auto&& fn) {
     {
       WorkerLock lock(*this);
+      progress.finished = true;
       fn();
       --prep_outstanding_;
       ForgetIfUnused(sample);  // its last job left while it was being prepared
@@ -48,6 +79,7 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
   if (src.released()) {
     return finish([&]() REQUIRES(mu_) { Check(states_.Abandoned(sample)); });
   }
+  FaultInjection::MaybeThrow(options_.faults.prepare, "preparation", src.record.id);
   Result<std::vector<uint8_t>> bytes = [&] {
     WorkerPhases::Scope phase(phases_, WorkerPhase::kRead);
     return reader_.Read(src.record);
@@ -61,6 +93,7 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
     WorkerPhases::Scope phase(phases_, WorkerPhase::kAllocate);
     std::vector<uint32_t> evicted;
     slot = cache_->Allocate(sample, shape->bytes(), &evicted);
+    progress.allocated = slot.ok();
     // A sample no job uses loses its state with its slot, not at the next orphan sweep.
     for (uint32_t gone : evicted) ForgetIfUnused(gone);
   }
@@ -85,15 +118,17 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
   }();
   if (!written.ok()) {
     (void)cache_->Abort(sample);
+    progress.allocated = false;
     return finish([&]() REQUIRES(mu_) { MarkBad(sample, src, written.status()); });
   }
   Result<cache::SlotRef> committed = [&] {
     WorkerPhases::Scope phase(phases_, WorkerPhase::kCommit);
     return cache_->Commit(sample);
   }();
+  progress.allocated = false;
   finish([&]() REQUIRES(mu_) {
     if (!committed.ok()) {
-      log::Error("sample {}: {}", sample, committed.status().ToString());
+      log::Error("sample {}: {}", src.record.id, committed.status().ToString());
       Check(states_.Abandoned(sample));
       return;
     }
@@ -103,30 +138,24 @@ void Engine::Prepare(uint32_t sample, std::shared_ptr<const SampleSource> source
 }
 
 Result<PreparedImage> Engine::PrepareTransient(const SampleSource& source) {
+  FaultInjection::MaybeThrow(options_.faults.prepare, "preparation", source.record.id);
   Result<std::vector<uint8_t>> bytes = reader_.Read(source.record);
   if (!bytes.ok()) return bytes.status();
   return PrepareSample(source.spec, *bytes, source.raw_shape);
 }
 
-void Engine::Assemble(BatchTask task) {
+void Engine::AssembleInto(const BatchTask& task, AssembleResult& out) {
   Job& job = *task.job;
-  std::vector<PreparedImage> owned;
-  owned.reserve(task.items.size());  // views point into it: no reallocation
-  std::vector<PreparedView> views;
-  std::vector<uint64_t> seeds;
-  std::vector<int32_t> labels;
-  std::vector<uint32_t> ids;
-  std::vector<std::pair<uint32_t, Status>> unreadable;
-  std::optional<Status> misfit;  // the first sample whose shape this job's transform cannot take
-  uint32_t skipped = task.skipped;
-  uint64_t transient = 0;
+  out.owned.reserve(task.items.size());  // views point into it: no reallocation
   for (const BatchItem& item : task.items) {
+    const uint32_t id = item.sample - job.key_base;
+    FaultInjection::MaybeThrow(options_.faults.assemble, "assembly", id);
     PreparedView view;
     if (item.pinned) {
       Result<std::span<const uint8_t>> data = cache_->PinnedData(item.sample);
       if (!data.ok()) {  // cannot happen while pinned
-        unreadable.emplace_back(item.sample, data.status());
-        ++skipped;
+        out.unreadable.emplace_back(item.sample, data.status());
+        ++out.skipped;
         continue;
       }
       view = {data->data(), item.shape};
@@ -136,72 +165,94 @@ void Engine::Assemble(BatchTask task) {
         return PrepareTransient(*item.source);
       }();
       if (!image.ok()) {
-        unreadable.emplace_back(item.sample, image.status());
-        ++skipped;
+        out.unreadable.emplace_back(item.sample, image.status());
+        ++out.skipped;
         continue;
       }
-      ++transient;
-      owned.push_back(std::move(*image));
-      view = owned.back().view();
+      ++out.transient;
+      out.owned.push_back(std::move(*image));
+      view = out.owned.back().view();
     }
     Result<ImageShape> shape = TransformedShape(job.transform, view.shape);
     if (!shape.ok() || !(*shape == job.image)) {
-      // A property of this job's transform, not of the sample: skipped for this job only (other
-      // jobs' transforms may fit it), so not marked bad.
-      if (!misfit) {
-        misfit = Status::InvalidArgument(fmt::format(
-            "sample {} is prepared as {}x{}x{}, which the job's transform \"{}\" does not turn "
-            "into its batch shape {}x{}x{}; add a crop to the dataset's prepare spec or the "
-            "transform",
-            item.sample, view.shape.height, view.shape.width, view.shape.channels,
-            job.transform.ToString(), job.image.height, job.image.width, job.image.channels));
-      }
-      ++skipped;
-      continue;
+      // The job cannot use the sample at all: a configuration error, so the job fails with it
+      // (other jobs' transforms may fit the sample, so it is not marked bad).
+      out.misfit = Status::InvalidArgument(fmt::format(
+          "sample {} of dataset \"{}\" is prepared as {}x{}x{}, which the job's transform \"{}\" "
+          "does not turn into its batch shape {}x{}x{}; add a crop to the dataset's prepare spec "
+          "or to the transform",
+          id, job.request.dataset, view.shape.height, view.shape.width, view.shape.channels,
+          job.transform.ToString(), job.image.height, job.image.width, job.image.channels));
+      return;
     }
-    views.push_back(view);
-    seeds.push_back(item.seed);
-    labels.push_back(item.label);
-    ids.push_back(item.sample);
+    out.views.push_back(view);
+    out.seeds.push_back(item.seed);
+    out.labels.push_back(item.label);
+    out.ids.push_back(item.sample);
   }
 
   // Every batch index of an epoch is published, even with no sample in it (all skipped, or the
   // assembly failed), so that the client sees each batch's skipped count and no index is missing.
-  auto n = static_cast<uint32_t>(views.size());
+  out.n = static_cast<uint32_t>(out.views.size());
+  if (out.n == 0) return;
   // A GPU job's host slot holds labels and ids only; its images go to its device slot.
-  const uint64_t host_image_bytes = job.gpu ? 0 : job.image.bytes();
-  if (n > 0) {
-    const slots::BatchLayout full = slots::PlanBatchLayout(n, host_image_bytes);
-    uint8_t* base = task.slot.data.data();
-    Status assembled;
-    if (job.gpu != nullptr) {
-      DeviceBatchRequest request;
-      request.spec = &job.transform;
-      request.samples = views;
-      request.sample_ids = ids;
-      request.seeds = seeds;
-      request.labels = labels;
-      request.slots = job.device_slots.get();
-      request.slot = task.slot.index;
-      WorkerPhases::Scope phase(phases_, WorkerPhase::kGpuBuild);
-      assembled = job.gpu->Build(request);
-    } else {
-      WorkerPhases::Scope phase(phases_, WorkerPhase::kAssemble);
-      assembled = AssembleBatch(job.transform, views, seeds, base + full.images_offset,
-                                full.images_bytes)
-                      .status();
+  const slots::BatchLayout full =
+      slots::PlanBatchLayout(out.n, job.gpu ? 0 : job.image.bytes());
+  uint8_t* base = task.slot.data.data();
+  Status assembled;
+  if (job.gpu != nullptr) {
+    for (uint32_t key : out.ids) {
+      FaultInjection::MaybeThrow(options_.faults.gpu_build, "GPU batch build", key - job.key_base);
     }
-    if (assembled.ok()) {
-      std::memcpy(base + full.labels_offset, labels.data(), full.labels_bytes);
-      std::memcpy(base + full.ids_offset, ids.data(), full.ids_bytes);
-    } else {
-      log::Error("job {}: batch {} of epoch {} not assembled, its {} samples are skipped: {}",
-                 job.id, task.batch_index, task.epoch, n, assembled.ToString());
-      skipped += n;
-      n = 0;
-    }
+    DeviceBatchRequest request;
+    request.spec = &job.transform;
+    request.samples = out.views;
+    request.sample_ids = out.ids;  // keys: they key the resident area
+    request.seeds = out.seeds;
+    request.labels = out.labels;
+    request.slots = job.device_slots.get();
+    request.slot = task.slot.index;
+    WorkerPhases::Scope phase(phases_, WorkerPhase::kGpuBuild);
+    assembled = job.gpu->Build(request);
+  } else {
+    WorkerPhases::Scope phase(phases_, WorkerPhase::kAssemble);
+    assembled = AssembleBatch(job.transform, out.views, out.seeds, base + full.images_offset,
+                              full.images_bytes)
+                    .status();
   }
-  const slots::BatchLayout layout = slots::PlanBatchLayout(n, host_image_bytes);
+  if (assembled.ok()) {
+    std::memcpy(base + full.labels_offset, out.labels.data(), full.labels_bytes);
+    for (uint32_t& id : out.ids) id -= job.key_base;  // keys to catalog ids
+    std::memcpy(base + full.ids_offset, out.ids.data(), full.ids_bytes);
+  } else {
+    log::Error("job {}: batch {} of epoch {} not assembled, its {} samples are skipped: {}",
+               job.id, task.batch_index, task.epoch, out.n, assembled.ToString());
+    out.skipped += out.n;
+    out.n = 0;
+  }
+}
+
+void Engine::Assemble(BatchTask task) {
+  Job& job = *task.job;
+  AssembleResult out;
+  out.skipped = task.skipped;
+  // The fault barrier: a throw fails this job (or its data-parallel group) with the error; the
+  // pins and the slot come back below as after any batch, and the other jobs go on.
+  std::optional<Status> fault;
+  try {
+    AssembleInto(task, out);
+    fault = out.misfit;
+  } catch (const std::exception& e) {
+    fault = Status::Internal(fmt::format("batch {} of epoch {} failed inside the server: {}",
+                                         task.batch_index, task.epoch, e.what()));
+  } catch (...) {
+    fault = Status::Internal(fmt::format("batch {} of epoch {} failed inside the server: an "
+                                         "exception of unknown type",
+                                         task.batch_index, task.epoch));
+  }
+  const uint32_t n = fault ? 0 : out.n;
+  uint32_t skipped = out.skipped;
+  const slots::BatchLayout layout = slots::PlanBatchLayout(n, job.gpu ? 0 : job.image.bytes());
   uint64_t unpinned = 0;
   for (const BatchItem& item : task.items) {
     if (!item.pinned) continue;
@@ -210,7 +261,8 @@ void Engine::Assemble(BatchTask task) {
   }
   bool delivered = false;
   std::optional<WorkerPhases::Scope> delivering(std::in_place, phases_, WorkerPhase::kDeliver);
-  Result<uint64_t> generation = job.pool->Publish(task.slot.index);
+  Result<uint64_t> generation =
+      fault ? Result<uint64_t>(*fault) : job.pool->Publish(task.slot.index);
   if (generation.ok()) {
     protocol::BatchReady ready = MakeBatchReady(job.id, task.slot.index, *generation, task.epoch,
                                                 task.batch_index, n, layout);
@@ -225,25 +277,25 @@ void Engine::Assemble(BatchTask task) {
     delivered = true;
   } else {
     (void)job.pool->Abandon(task.slot.index);
-    log::Error("job {}: batch {} of epoch {} not published, its {} samples are skipped: {}",
-               job.id, task.batch_index, task.epoch, n, generation.status().ToString());
-    skipped += n;  // consumed, never delivered
+    if (!fault) {
+      log::Error("job {}: batch {} of epoch {} not published, its {} samples are skipped: {}",
+                 job.id, task.batch_index, task.epoch, n, generation.status().ToString());
+      skipped += n;  // consumed, never delivered
+    }
   }
   delivering.reset();
 
   {
     WorkerLock lock(*this);
     pins_ -= unpinned;
-    for (const auto& [sample, status] : unreadable) {
+    for (const auto& [sample, status] : out.unreadable) {
       std::shared_ptr<const SampleSource> source = samples_.Find(sample);
       if (source) MarkBad(sample, *source, status);
     }
-    if (misfit && !job.misfit_logged) {
-      job.misfit_logged = true;
-      log::Warn("job {}: samples are skipped for this job: {}", job.id, misfit->ToString());
-    }
-    transient_preparations_ += transient;
-    if (job.group != nullptr) {
+    transient_preparations_ += out.transient;
+    if (fault) {
+      FailJob(job, *fault);
+    } else if (job.group != nullptr) {
       SliceAssembled(job);  // the group consumes its global batch once every slice is built
     } else {
       Status consumed = scheduler_->Consume(job.sched, task.decisions, Now());

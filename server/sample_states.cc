@@ -108,6 +108,17 @@ bool SampleStates::MarkBad(uint32_t sample, std::string reason) {
   return true;
 }
 
+bool SampleStates::MarkFaulted(uint32_t sample, std::string reason) {
+  if (!MarkBad(sample, reason)) return false;
+  faults_[sample] = std::move(reason);
+  return true;
+}
+
+const std::string* SampleStates::Fault(uint32_t sample) const {
+  auto it = faults_.find(sample);
+  return it == faults_.end() ? nullptr : &it->second;
+}
+
 Status SampleStates::Forget(uint32_t sample) {
   auto it = entries_.find(sample);
   if (it == entries_.end()) return Status::OK();
@@ -118,6 +129,7 @@ Status SampleStates::Forget(uint32_t sample) {
   --counts_[static_cast<size_t>(it->second.state)];
   entries_.erase(it);
   bad_reasons_.erase(sample);
+  faults_.erase(sample);
   return Status::OK();
 }
 

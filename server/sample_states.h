@@ -12,6 +12,7 @@
 //   preparing --Abandoned--> queued (the commit failed)
 //   transient --TakeTransient--> queued        queued|transient --LookupHit--> cached
 //   cached    --LookupMiss--> queued           any --MarkBad--> bad
+//   any --MarkFaulted--> bad (a fault: its jobs fail rather than skip it)
 //   any but preparing --Forget--> (no entry: queued)
 //
 // An illegal transition changes nothing and returns FailedPrecondition naming the sample and both
@@ -58,6 +59,11 @@ class SampleStates {
   Status LookupMiss(uint32_t sample);
   // any -> bad. Returns true the first time (so the reason is logged once).
   bool MarkBad(uint32_t sample, std::string reason);
+  // any -> bad, as a fault: a task threw while preparing it (not a data error), so the jobs that
+  // need it fail with `reason` instead of skipping it. Returns true the first time.
+  bool MarkFaulted(uint32_t sample, std::string reason);
+  // The reason of a sample marked faulted, else null. O(1).
+  const std::string* Fault(uint32_t sample) const;
   // Drops what is known of a sample no job uses any more (a bad one is tried again if a job comes
   // back to it). FailedPrecondition for a sample being prepared: its worker still reports back.
   Status Forget(uint32_t sample);
@@ -74,6 +80,7 @@ class SampleStates {
 
   std::unordered_map<uint32_t, Entry> entries_;
   std::unordered_map<uint32_t, std::string> bad_reasons_;
+  std::unordered_map<uint32_t, std::string> faults_;  // of bad samples marked faulted
   std::array<size_t, kSampleStateCount> counts_{};  // kQueued counts only entries present
 };
 

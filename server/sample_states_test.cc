@@ -128,5 +128,21 @@ TEST(SampleStatesTest, CountsMatchTheStatesUnderRandomTransitions) {
   EXPECT_LE(s.Count(SampleState::kQueued), recount[0]);
 }
 
+TEST(SampleStatesTest, AFaultedSampleIsBadWithItsReasonUntilForgotten) {
+  SampleStates states;
+  ASSERT_TRUE(states.BeginPreparation(5).ok());
+  EXPECT_TRUE(states.MarkFaulted(5, "bad_alloc"));
+  EXPECT_FALSE(states.MarkFaulted(5, "again"));  // the first reason stays
+  EXPECT_EQ(states.Get(5), SampleState::kBad);
+  ASSERT_NE(states.Fault(5), nullptr);
+  EXPECT_EQ(*states.Fault(5), "bad_alloc");
+  EXPECT_TRUE(states.MarkBad(6, "truncated JPEG"));
+  EXPECT_EQ(states.Fault(6), nullptr);  // a data error is not a fault
+  ASSERT_TRUE(states.Forget(5).ok());
+  EXPECT_EQ(states.Fault(5), nullptr);
+  EXPECT_EQ(states.Get(5), SampleState::kQueued);
+  EXPECT_EQ(states.Count(SampleState::kBad), 1u);
+}
+
 }  // namespace
 }  // namespace carpool

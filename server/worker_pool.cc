@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "carpool/log.h"
+
 namespace carpool {
 
 WorkerPool::WorkerPool(size_t threads, std::function<void()> thread_init) {
@@ -74,7 +76,15 @@ void WorkerPool::Run(const std::function<void()>& thread_init) {
       ++busy_;
       ran = true;
     }
-    task();
+    // The last barrier: the engine's tasks catch their own throws and fail the jobs they serve,
+    // so one reaching here is a bug; the server logs it and keeps serving the other jobs.
+    try {
+      task();
+    } catch (const std::exception& e) {
+      log::Error("a worker task threw and was dropped (a bug, please report it): {}", e.what());
+    } catch (...) {
+      log::Error("a worker task threw an exception of unknown type and was dropped (a bug)");
+    }
   }
 }
 

@@ -89,5 +89,17 @@ TEST(WorkerPoolTest, HighTasksStartInOrderOfTheirTagAndFifoAmongEqualTags) {
             (std::vector<int>{4, 2, 5, 1, 3}));
 }
 
+// Issue 21: a throwing task used to end the server in std::terminate. Now the pool drops it,
+// and the same thread runs the tasks after it.
+TEST(WorkerPoolTest, ATaskThatThrowsIsDroppedAndTheThreadRunsOn) {
+  WorkerPool pool(1, [] {});
+  std::promise<void> ran;
+  pool.Post(WorkerPool::Priority::kNormal, [] { throw std::bad_alloc(); });
+  pool.Post(WorkerPool::Priority::kHigh, [] { throw 42; });
+  pool.Post(WorkerPool::Priority::kNormal, [&ran] { ran.set_value(); });
+  ASSERT_EQ(ran.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(LoadBecomes(pool, 0, 0));
+}
+
 }  // namespace
 }  // namespace carpool

@@ -33,7 +33,9 @@ std::string ConsumeJson(E2eEnv& env, std::vector<std::string> args, const std::s
   return r.out;
 }
 
-TEST(E2eEngineTest, ShapeOneTransformCannotTakeIsSkippedForThatJobOnly) {
+// Issue 21 item 6: a sample the job's transform cannot shape into its batch is a configuration
+// error, not data. Before, job A skipped it (and every other of its shape) and exited 0.
+TEST(E2eEngineTest, ShapeOneTransformCannotTakeFailsThatJobOnly) {
   E2eEnv env;
   // Prepared with a resize and no crop: 64x48 images become 53x40, 48x64 ones 40x53.
   const fs::path images = env.dir() / "images";
@@ -41,10 +43,12 @@ TEST(E2eEngineTest, ShapeOneTransformCannotTakeIsSkippedForThatJobOnly) {
   Gen(env, images / "tall", 10, "48x64");
   env.Dataset({"add", "mixed", "--dir", images.string(), "--prepare", "resize=40"});
   env.StartServer();
-  // Job A (no transform) takes only the shape of the dataset's first sample.
-  const std::string a = ConsumeJson(env, {"--dataset", "mixed", "--batch-size", "4"}, "a");
-  EXPECT_EQ(JsonNumber(a, "samples"), 10) << a;
-  EXPECT_EQ(JsonNumber(a, "skipped"), 10) << a;
+  // Job A (no transform) takes only the shape of the dataset's first sample: it fails at the
+  // first sample of the other shape, with the reason, and a non-zero exit.
+  CliResult a = env.Wait(env.Consume({"--dataset", "mixed", "--batch-size", "4"}, "a"), "a");
+  EXPECT_NE(a.code, 0) << a.out;
+  EXPECT_NE(a.err.find("does not turn into its batch shape"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("add a crop"), std::string::npos) << a.err;
   // Job B crops 32x32 out of either shape: it gets every sample, whatever job A skipped.
   const std::string b = ConsumeJson(
       env, {"--dataset", "mixed", "--batch-size", "4", "--transform", "random_crop(32)"}, "b");

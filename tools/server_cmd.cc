@@ -11,6 +11,7 @@
 #include <cctype>
 #include <csignal>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -162,6 +163,17 @@ int Serve(int argc, char** argv) {
   if (!join_ms.ok()) return Fail(join_ms.status());
   eo.rank_join_timeout = *join_ms;
   eo.partition_seed = partition_seed;
+  // For fault-injection tests only (docs/server.md "Failures"): tasks of these samples throw.
+  if (const char* faults = std::getenv("CARPOOL_INJECT_FAULTS"); faults != nullptr && *faults) {
+    Result<FaultInjection> parsed = FaultInjection::Parse(faults);
+    if (!parsed.ok()) {
+      return Fail(Status::InvalidArgument(
+          fmt::format("CARPOOL_INJECT_FAULTS: {}", parsed.status().message())));
+    }
+    eo.faults = std::move(*parsed);
+    log::Warn("CARPOOL_INJECT_FAULTS is set: the tasks of samples {} throw (tests only)",
+              eo.faults.ToString());
+  }
   if (vm.count("lookahead") != 0 && lookahead == 0) {
     return Fail(Status::InvalidArgument(
         "--lookahead 0: the look-ahead must be at least 1 sample; leave the flag out for the "
