@@ -137,7 +137,8 @@ void ControlPlane::Stop() {
   });
   bool was_running = thread_.joinable();
   if (was_running) thread_.join();
-  creators_.join();  // creations in flight finish; their replies have no io thread to go to
+  joins_.join();  // creations in flight finish; their replies have no io thread to go to
+  control_.join();  // after the joins: a creation whose client left queues its removal here
   sessions_.clear();
   if (bound_) ::unlink(options_.socket_path.c_str());  // never a live server's socket
   if (was_running) log::Info("control plane on {} stopped", options_.socket_path);
@@ -145,6 +146,8 @@ void ControlPlane::Stop() {
 
 ControlPlane::~ControlPlane() { Stop(); }
 
-void ControlPlane::RunOffIo(std::function<void()> task) { asio::post(creators_, std::move(task)); }
+void ControlPlane::RunJoin(std::function<void()> task) { asio::post(joins_, std::move(task)); }
+
+void ControlPlane::RunControl(std::function<void()> task) { asio::post(control_, std::move(task)); }
 
 }  // namespace carpool

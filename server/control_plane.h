@@ -63,8 +63,12 @@ class ControlPlane {
   bool TryAddJob();
   void RemovedJob() { jobs_.fetch_sub(1); }
   void SessionClosed(const std::shared_ptr<Session>& session);
-  // Runs `task` on a thread of its own pool (job creation: it loads datasets). Any thread.
-  void RunOffIo(std::function<void()> task);
+  // Off the io thread, in two lanes so that a join never queues ahead of a removal or a status:
+  // RunJoin for job creation (it loads datasets: seconds for ImageNet's size), RunControl for
+  // removals and stats (milliseconds, each waiting at most one join chunk for the engine's lock).
+  // Any thread.
+  void RunJoin(std::function<void()> task);
+  void RunControl(std::function<void()> task);
 
  private:
   ControlPlane(ControlPlaneOptions options, JobService* service);
@@ -78,7 +82,9 @@ class ControlPlane {
   std::set<std::shared_ptr<Session>> sessions_;  // io thread only
   std::atomic<uint32_t> jobs_{0};
   std::thread thread_;
-  boost::asio::thread_pool creators_{2};  // RunOffIo; joined by Stop after the io thread
+  // Both joined by Stop after the io thread.
+  boost::asio::thread_pool joins_{2};    // RunJoin
+  boost::asio::thread_pool control_{2};  // RunControl
   bool bound_ = false;    // we created the socket file
   bool stopped_ = false;  // touched only by Start and Stop's caller
 };

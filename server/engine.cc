@@ -206,10 +206,13 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   // hold stalled the other jobs' batches for over a second on a loaded machine.
   const size_t count = dataset->size();
   for (size_t at = 0; at < count; at += kTableAddChunk) {
-    MutexLock lock(mu_);
-    Status added = samples_.Add(*dataset, at, std::min(count, at + kTableAddChunk));
+    Status added;
+    {
+      MutexLock lock(mu_);
+      added = samples_.Add(*dataset, at, std::min(count, at + kTableAddChunk));
+    }
     if (!added.ok()) {
-      ForgetUnused(samples_.Release(SampleTable::KeysOf(*dataset, at)));  // the parts before
+      ReleaseTable(SampleTable::KeysOf(*dataset, at));  // the parts before
       return added;
     }
   }
@@ -225,9 +228,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     std::function<void()> fn;
     ~OnExit() { fn(); }
   } give_back{[&] {
-    if (committed) return;
-    MutexLock lock(mu_);
-    ForgetUnused(samples_.Release(job->table_ids));
+    if (!committed) ReleaseTable(job->table_ids);
   }};
   // A GPU job's host slot holds only labels and ids; its images go to its device slot.
   const slots::BatchLayout full =
@@ -393,11 +394,11 @@ void Engine::ApplyReleases() {
 
 void Engine::RemoveJob(uint64_t job_id) {
   std::unique_ptr<Job> job;
-  bool trim = false;
+  Roaring table_ids;
   {
     MutexLock lock(mu_);
     auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) return;
+    if (it == jobs_.end() || it->second->removed) return;
     Job& j = *it->second;
     j.removed = true;
     // The batch in flight, if any, still calls the sink; wait for it (milliseconds).
@@ -410,9 +411,15 @@ void Engine::RemoveJob(uint64_t job_id) {
     }
     j.pool->Shutdown();
     j.pool->ReleaseAll();
-    const ReleasedSamples released = samples_.Release(j.table_ids);
-    ForgetUnused(released);
-    trim = released.samples.size() >= kTrimAfterSamples;
+    table_ids = std::move(j.table_ids);
+  }
+  // Its samples go back in parts; the job stays in jobs_ (removed, served by nobody) meanwhile,
+  // so that `status` counts it until all it held is back.
+  const size_t released = ReleaseTable(table_ids);
+  {
+    MutexLock lock(mu_);
+    auto it = jobs_.find(job_id);
+    Job& j = *it->second;
     log::Info("job {} removed: {} samples delivered in {} batches, {} skipped", job_id,
               j.deliveries, j.batches, j.skipped);
     job = std::move(it->second);
@@ -425,8 +432,27 @@ void Engine::RemoveJob(uint64_t job_id) {
 #ifdef __GLIBC__
   // A dataset's last job left: give its per-sample state's freed pages back to the system (glibc
   // keeps freed heap otherwise). Milliseconds, outside the lock.
-  if (trim) malloc_trim(0);
+  if (released >= kTrimAfterSamples) malloc_trim(0);
 #endif
+}
+
+size_t Engine::ReleaseTable(const Roaring& keys) {
+  size_t released = 0;
+  std::vector<uint32_t> part;
+  part.reserve(std::min<uint64_t>(keys.cardinality(), kTableAddChunk));
+  auto flush = [&] {
+    MutexLock lock(mu_);
+    const ReleasedSamples r = samples_.Release(part);
+    released += r.samples.size();
+    ForgetUnused(r);
+    part.clear();
+  };
+  for (uint32_t key : keys) {
+    part.push_back(key);
+    if (part.size() == kTableAddChunk) flush();
+  }
+  if (!part.empty()) flush();
+  return released;
 }
 
 GpuService* Engine::ServedGpu(int device) const {
@@ -470,6 +496,14 @@ void Engine::CoordinatorLoop() {
     Step();
     coordinator_seconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    if (scheduler_->cut_short()) {
+      // Rounds are still due: let the threads waiting for the lock (a removal, stats, a join's
+      // next part) in, then go on at once.
+      lock.Unlock();
+      std::this_thread::yield();
+      lock.Lock();
+      continue;
+    }
     mu_.WaitFor(wake_, options_.tick, [this]() REQUIRES(mu_) {
       return woken_ || stop_ || releases_pending_.load(std::memory_order_acquire);
     });
@@ -497,7 +531,9 @@ void Engine::Step() {
     scheduler_->NoteClientBound(group->sched, bound, now);
   }
   std::vector<Assignment> decided;
-  scheduler_->Tick(now, &decided);
+  // A slice at a time: a job joining decides its prefetch depth (thousands of rounds) over
+  // several steps, so nobody waits for the lock for all of it.
+  scheduler_->Tick(now, &decided, std::chrono::steady_clock::now() + kDecideSlice);
   if (options_.cache_bytes > 0) {
     // One cache lookup per decided sample: a hit when it is still cached from an earlier use.
     for (const Assignment& a : decided) {

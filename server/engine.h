@@ -161,12 +161,17 @@ class Engine : public JobService {
   // samples, which stay bad.
   // O(released samples).
   void ForgetUnused(const ReleasedSamples& released) REQUIRES(mu_);
+  // One user fewer of each of `keys` in the sample table, kTableAddChunk keys per hold of mu_ so
+  // that a 1.28M-sample job's removal never holds up another's batches, removal or stats by more
+  // than one part. Returns how many samples were dropped.
+  size_t ReleaseTable(const Roaring& keys) EXCLUDES(mu_);
   void ForgetIfUnused(uint32_t sample) REQUIRES(mu_);
   // Every kOrphanSweepSeconds, each orphan once; O(kOrphanSweepSlice) per coordinator pass.
   void SweepCachedOrphans() REQUIRES(mu_);
   static constexpr double kOrphanSweepSeconds = 10;
   static constexpr size_t kOrphanSweepSlice = 4096;
-  static constexpr size_t kTableAddChunk = 65536;  // samples per hold of mu_ in CreateJob
+  static constexpr std::chrono::milliseconds kDecideSlice{5};  // Tick's time per Step
+  static constexpr size_t kTableAddChunk = 16384;  // samples per hold of mu_: CreateJob, ReleaseTable
   static constexpr size_t kTrimAfterSamples = 10000;  // released at once: return the heap (RemoveJob)
 
   // Data-parallel jobs (engine_groups.cc). All REQUIRE mu_.

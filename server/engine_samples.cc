@@ -157,7 +157,7 @@ Roaring SampleTable::KeysOf(const DatasetSamples& dataset, size_t end) {
   return keys;
 }
 
-ReleasedSamples SampleTable::Release(const Roaring& keys) {
+ReleasedSamples SampleTable::Release(std::span<const uint32_t> keys) {
   ReleasedSamples out;
   for (uint32_t id : keys) {
     auto it = map_.find(id);
@@ -176,6 +176,12 @@ ReleasedSamples SampleTable::Release(const Roaring& keys) {
     map_.erase(it);
   }
   return out;
+}
+
+ReleasedSamples SampleTable::Release(const Roaring& keys) {
+  std::vector<uint32_t> all(keys.cardinality());
+  keys.toUint32Array(all.data());
+  return Release(std::span<const uint32_t>(all));
 }
 
 std::shared_ptr<const SampleSource> SampleTable::Find(uint32_t id) const {

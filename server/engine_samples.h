@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -82,7 +83,8 @@ class SampleTable {
   Status Add(const DatasetSamples& dataset, size_t begin, size_t end);
   // One user fewer of each of `keys` (what one Add added); drops the samples left unused and
   // returns them. O(|keys|).
-  ReleasedSamples Release(const Roaring& keys);
+  ReleasedSamples Release(std::span<const uint32_t> keys);
+  ReleasedSamples Release(const Roaring& keys);  // the same; O(|keys|) more for the copy
   // The keys of the dataset's rows [0, end): what Add(dataset, 0, end) added. O(end).
   static Roaring KeysOf(const DatasetSamples& dataset, size_t end);
   // nullptr for an unknown key. Builds the source from its block: O(path length), one allocation.

@@ -151,16 +151,22 @@ void Scheduler::MaybeResetEpoch(Job& job) {
   ReportAll(*tree_.RemainingSet(job.id), +1);
 }
 
-uint64_t Scheduler::Tick(double now, std::vector<Assignment>* decided) {
+uint64_t Scheduler::Tick(double now, std::vector<Assignment>* decided,
+                         std::optional<std::chrono::steady_clock::time_point> deadline) {
   now_ = std::max(now_, now);
   RefreshRates();
   uint64_t rounds = 0;
+  cut_short_ = false;
   for (;;) {
     bool triggered = false;
     for (const auto& [id, job] : jobs_) {
       if (job->queue.size() < Trigger(*job) && HasWork(*job)) triggered = true;
     }
     if (!triggered) break;
+    if (deadline && rounds > 0 && std::chrono::steady_clock::now() >= *deadline) {
+      cut_short_ = true;
+      break;
+    }
     participants_.clear();
     const uint64_t lookahead = EffectiveLookahead();
     for (auto& [id, job] : jobs_) {

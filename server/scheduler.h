@@ -22,11 +22,13 @@
 #ifndef CARPOOL_SERVER_SCHEDULER_H_
 #define CARPOOL_SERVER_SCHEDULER_H_
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <roaring/roaring.hh>
 #include <unordered_map>
 #include <vector>
@@ -156,8 +158,13 @@ class Scheduler : public cache::NextUseOracle {
 
   // Runs rounds while some job with work left is below its prefetch depth; each round includes
   // every job below L (starting its next epoch first when its R is empty). Appends the rounds'
-  // assignments to `decided` when non-null. Returns the number of rounds run.
-  uint64_t Tick(double now, std::vector<Assignment>* decided = nullptr);
+  // assignments to `decided` when non-null. Returns the number of rounds run. With a `deadline`,
+  // stops after the round that passes it (a job joining decides its prefetch depth over several
+  // calls, so its caller's lock is not held for all of it); cut_short() then says so.
+  uint64_t Tick(double now, std::vector<Assignment>* decided = nullptr,
+                std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
+  // Whether the last Tick stopped at its deadline with rounds still due.
+  bool cut_short() const { return cut_short_; }
 
   // The job's next batch: the first min(b, k) queued decisions, k = how many at the queue's front
   // share the front's epoch. Returns false, with `out` empty, while fewer than b are queued and
@@ -257,6 +264,7 @@ class Scheduler : public cache::NextUseOracle {
   uint64_t holds_ = 0, lifts_ = 0;
   uint64_t rounds_ = 0;
   double now_ = 0;
+  bool cut_short_ = false;
   // Scratch space of Tick.
   std::vector<JobId> participants_;
   std::vector<const Job*> laggers_;  // MayTake's

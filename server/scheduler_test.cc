@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -201,6 +203,29 @@ TEST(SchedulerTest, PacingHoldsTheLeaderAndNeverTheFollower) {
   EXPECT_TRUE(s.MayTake(1, 4, 0, 3)) << "the follower took 4: room again";
   EXPECT_EQ(s.pacing().holds, 1u) << "one batch held, however often asked";
   EXPECT_DOUBLE_EQ(s.Stats(1)->held, 1.0) << "held from t=2 to t=3";
+}
+
+// A Tick past its deadline runs one round and says it stopped short; later Ticks finish the
+// same decisions a Tick without a deadline makes in one go (the engine's lock is let go between).
+TEST(SchedulerTest, TickWithADeadlineDecidesInSlicesTheSameSamples) {
+  Scheduler sliced(Opts(64), nullptr), whole(Opts(64), nullptr);
+  for (Scheduler* s : {&sliced, &whole}) {
+    ASSERT_TRUE(s->AddJob(1, Range(0, 1000), 1, 48, 0, {}).ok());
+    ASSERT_TRUE(s->AddJob(2, Range(500, 1500), 1, 48, 0, {}).ok());
+  }
+  const auto past = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  EXPECT_EQ(sliced.Tick(0, nullptr, past), 1u);
+  EXPECT_TRUE(sliced.cut_short());
+  uint64_t rounds = 1, ticks = 1;
+  while (sliced.cut_short()) {
+    rounds += sliced.Tick(0, nullptr, past);
+    ++ticks;
+  }
+  EXPECT_EQ(rounds, whole.Tick(0));
+  EXPECT_FALSE(whole.cut_short());
+  EXPECT_EQ(ticks, rounds) << "one round per Tick";
+  EXPECT_EQ(*sliced.Queue(1), *whole.Queue(1));
+  EXPECT_EQ(*sliced.Queue(2), *whole.Queue(2));
 }
 
 // A leader whose follower waits on its own client (all slots full) most of the time is let go:

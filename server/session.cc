@@ -111,8 +111,8 @@ void Session::Dispatch(protocol::Message message) {
                                      "(server-wide) or this connection's job",
                                      stats->job_id)});
     }
-    // Off the io thread: the engine's lock may be held by a join for a while.
-    plane_.RunOffIo([self = shared_from_this(), id = stats->job_id] {
+    // Off the io thread, in the control lane: never queued behind a join.
+    plane_.RunControl([self = shared_from_this(), id = stats->job_id] {
       std::string json = self->plane_.service().Stats(id);
       asio::post(self->socket_.get_executor(), [self, json = std::move(json)] {
         if (!self->closed_) self->Reply(StatsReply{json});
@@ -157,7 +157,7 @@ void Session::OnCreateJob(const protocol::CreateJob& r) {
   // Loading a large dataset takes seconds: off the io thread, so other jobs' batches, releases
   // and heartbeats keep flowing meanwhile.
   creating_ = true;
-  plane_.RunOffIo([self = shared_from_this(), r] {
+  plane_.RunJoin([self = shared_from_this(), r] {
     Result<protocol::JobInfo> info = self->plane_.service().CreateJob(r, self);
     asio::post(self->socket_.get_executor(), [self, r, info = std::move(info)]() mutable {
       self->FinishCreateJob(r, std::move(info));
@@ -175,7 +175,7 @@ void Session::FinishCreateJob(const protocol::CreateJob& r, Result<protocol::Job
   }
   if (closed_) {  // the client left while its job was being created
     log::Info("job {} removed: its client left while it was created", info->job_id);
-    plane_.RunOffIo([&service = plane_.service(), id = info->job_id] { service.RemoveJob(id); });
+    plane_.RunControl([&service = plane_.service(), id = info->job_id] { service.RemoveJob(id); });
     plane_.RemovedJob();
     held_.clear();
     return;
@@ -278,7 +278,7 @@ void Session::Close(const std::string& reason) {
   if (job_id_) {
     log::Info("job {} removed: {}", *job_id_, reason);
     // Off the io thread: RemoveJob takes the engine's lock and waits for a batch in flight.
-    plane_.RunOffIo([&service = plane_.service(), id = *job_id_] { service.RemoveJob(id); });
+    plane_.RunControl([&service = plane_.service(), id = *job_id_] { service.RemoveJob(id); });
     plane_.RemovedJob();
     job_id_.reset();
   } else {

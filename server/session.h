@@ -69,7 +69,7 @@ class Session : public JobSink, public std::enable_shared_from_this<Session> {
   bool said_hello_ = false;
   std::chrono::steady_clock::time_point last_heard_;
   std::optional<uint64_t> job_id_;
-  // The service is creating this session's job (ControlPlane::RunOffIo): deliveries wait in
+  // The service is creating this session's job (ControlPlane::RunJoin): deliveries wait in
   // held_ until the job-info reply has gone out, and the lease clock does not run.
   bool creating_ = false;
   std::vector<std::function<void()>> held_;

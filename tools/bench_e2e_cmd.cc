@@ -28,19 +28,21 @@
 
 namespace carpool::tools {
 
-int BenchLoad(int argc, char** argv);  // tools/bench_load.cc
+int BenchLoad(int argc, char** argv);     // tools/bench_load.cc
+int BenchControl(int argc, char** argv);  // tools/bench_control.cc
 
 namespace {
 
 namespace po = boost::program_options;
 
-constexpr std::string_view kUsage = R"(usage: carpool bench <e2e|standalone|load> [options]
+constexpr std::string_view kUsage = R"(usage: carpool bench <e2e|standalone|load|control> [options]
 
   e2e         scenarios of training jobs, carpool against one standalone loader per job
   standalone  one baseline job: its own loader threads, shuffle, decode and transform
   load        64 jobs at once joining, finishing, disconnecting and dying for 10 minutes
+  control     status and removal latency while ImageNet-sized joins are in flight
 
-'carpool bench e2e --help' (standalone, load) lists the options.
+'carpool bench e2e --help' (standalone, load, control) lists the options.
 )";
 
 constexpr std::string_view kDefaultTransform = "random_crop(224)|flip|normalize(imagenet)";
@@ -427,6 +429,7 @@ int Bench(int argc, char** argv) {
   if (verb == "e2e") return E2e(argc - 1, argv + 1);
   if (verb == "standalone") return Standalone(argc - 1, argv + 1);
   if (verb == "load") return BenchLoad(argc - 1, argv + 1);
+  if (verb == "control") return BenchControl(argc - 1, argv + 1);
   if (verb == "--help" || verb == "-h" || verb == "help") {
     fmt::print("{}", kUsage);
     return 0;
