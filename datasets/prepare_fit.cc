@@ -1,0 +1,100 @@
+#include "datasets/prepare_fit.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <set>
+
+#include "datasets/idx.h"
+#include "datasets/prepare_spec.h"
+
+namespace carpool {
+
+namespace {
+
+void AddIdxFile(SampleKinds& k, std::set<std::string>& seen, std::string path) {
+  ++k.idx_records;
+  if (seen.insert(path).second) k.idx_files.push_back(std::move(path));
+}
+
+void AddImage(SampleKinds& k, std::string_view path, std::string_view member) {
+  if (k.images++ > 0) return;
+  k.first_image = member.empty() ? fmt::format("\"{}\"", path)
+                                 : fmt::format("tar shard \"{}\" member \"{}\"", path, member);
+}
+
+std::string Records(const SampleKinds& k) {
+  return fmt::format("{} IDX record{}", k.idx_records, k.idx_records == 1 ? "" : "s");
+}
+
+std::string Images(const SampleKinds& k) {
+  return fmt::format("{} image{}", k.images, k.images == 1 ? "" : "s");
+}
+
+}  // namespace
+
+SampleKinds KindsOf(const SourceScan& scan) {
+  SampleKinds k;
+  std::set<std::string> seen;
+  for (const SourceSample& s : scan.samples) {
+    const std::string& dir = scan.dirs[s.dir];
+    if (s.record_index >= 0) {
+      AddIdxFile(k, seen, (std::filesystem::path(dir) / s.name).string());
+    } else if (s.offset >= 0) {
+      AddImage(k, dir, s.name);
+    } else {
+      AddImage(k, (std::filesystem::path(dir) / s.name).string(), "");
+    }
+  }
+  return k;
+}
+
+SampleKinds KindsOf(const SampleRecords& records) {
+  SampleKinds k;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const SampleRecords::Row& row = records.rows[i];
+    if (row.kind == SampleRecords::Kind::kIdx) {
+      AddIdxFile(k, seen, records.files[row.file]);
+    } else if (k.images > 0) {
+      ++k.images;  // only the first image is named
+    } else {
+      const SampleRecord r = records.Record(i);
+      AddImage(k, r.path, r.member);
+    }
+  }
+  return k;
+}
+
+Status CheckPrepareFits(std::string_view dataset, std::string_view spec_text,
+                        const SampleKinds& kinds) {
+  Result<PrepareSpec> spec = ParsePrepareSpec(spec_text);
+  if (!spec.ok()) return spec.status();
+  if (kinds.idx_records > 0 && kinds.images > 0) {
+    return Status::InvalidArgument(fmt::format(
+        "dataset \"{}\" mixes {} (e.g. \"{}\") and {} (e.g. {}), and no prepare spec fits "
+        "both; derive it from datasets of one kind",
+        dataset, Records(kinds), kinds.idx_files.front(), Images(kinds), kinds.first_image));
+  }
+  if (!spec->raw && kinds.idx_records > 0) {
+    return Status::InvalidArgument(fmt::format(
+        "prepare spec \"{}\" decodes images, but dataset \"{}\" holds {} (e.g. \"{}\"), which "
+        "are not images; use --prepare raw,channels=1",
+        spec_text, dataset, Records(kinds), kinds.idx_files.front()));
+  }
+  if (spec->raw && kinds.images > 0) {
+    return Status::InvalidArgument(fmt::format(
+        "prepare spec \"{}\" keeps IDX records as they are, but dataset \"{}\" holds {} (e.g. "
+        "{}); use an image spec, e.g. --prepare resize=256,crop=256",
+        spec_text, dataset, Images(kinds), kinds.first_image));
+  }
+  for (const std::string& file : kinds.idx_files) {
+    Result<IdxHeader> header = ReadIdxHeader(file);
+    if (!header.ok()) return header.status();
+    Result<IdxRecordLayout> layout = RawRecordLayout(*header, *spec, file);
+    if (!layout.ok()) return layout.status();
+  }
+  return Status::OK();
+}
+
+}  // namespace carpool
