@@ -192,8 +192,8 @@ TEST_F(CatalogTest, DamagedBitmapIsReportedNotTrusted) {
 // A prepare spec must fit the samples it registers (issue 21): "raw" keeps IDX records, every
 // other spec decodes images. Each case used to register and fail only when a job read a sample.
 TEST_F(CatalogTest, RawSpecOnImageFilesOrTarMembersIsRejectedNamingTheFix) {
-  Result<RegisterReport> files = catalog_->Register(Meta("imgs", "raw,channels=1"),
-                                                    FakeScan("/data", 3), false);
+  Result<RegisterReport> files =
+      catalog_->Register(Meta("imgs", "raw,channels=1"), FakeScan("/data", 3), false);
   ASSERT_EQ(files.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(files.status().message(),
             "prepare spec \"raw,channels=1\" keeps IDX records as they are, but dataset \"imgs\" "
@@ -210,7 +210,8 @@ TEST_F(CatalogTest, RawSpecOnImageFilesOrTarMembersIsRejectedNamingTheFix) {
       << members.status().message();
   EXPECT_EQ(catalog_->ListDatasets()->size(), 0u);
   EXPECT_EQ(*catalog_->SampleCount(), 0u);
-  EXPECT_TRUE(catalog_->Register(Meta("imgs", "resize=64,crop=32"), FakeScan("/data", 3), false).ok());
+  EXPECT_TRUE(
+      catalog_->Register(Meta("imgs", "resize=64,crop=32"), FakeScan("/data", 3), false).ok());
 }
 
 class CatalogIdxTest : public CatalogTest {

@@ -35,9 +35,9 @@ Status ReadGz(gzFile gz, const fs::path& file, uint8_t* out, unsigned n, unsigne
   int r = gzread(gz, out, n);
   if (r < 0) {
     int code = 0;
-    return Status::Corruption(fmt::format("\"{}\" is not a readable gzip or plain file: {}; "
-                                          "re-download it",
-                                          file.string(), gzerror(gz, &code)));
+    return Status::Corruption(
+        fmt::format("\"{}\" is not a readable gzip or plain file: {}; re-download it",
+                    file.string(), gzerror(gz, &code)));
   }
   *got = static_cast<unsigned>(r);
   return Status::OK();
@@ -89,7 +89,9 @@ Result<IdxHeader> ParseIdxHeaderPrefix(std::span<const uint8_t> prefix, std::str
   // Every product is checked: a wrapped size would let a damaged header pass the length check.
   h.record_bytes = 1;
   for (size_t d = 1; d < ndims; ++d) {
-    if (h.dims[d] == 0) return bad(fmt::format("dims [{}]: dimension {} is 0", fmt::join(h.dims, ","), d));
+    if (h.dims[d] == 0) {
+      return bad(fmt::format("dims [{}]: dimension {} is 0", fmt::join(h.dims, ","), d));
+    }
     if (__builtin_mul_overflow(h.record_bytes, uint64_t{h.dims[d]}, &h.record_bytes) ||
         h.record_bytes > kMaxIdxRecordBytes) {
       return bad(fmt::format("dims [{}] make a record of more than {} bytes, the limit",

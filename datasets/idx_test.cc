@@ -122,15 +122,12 @@ TEST(IdxTest, RawLayoutMustHoldExactlyTheRecordBytes) {
     const char* spec;
     int height, width, channels;  // 0: rejected
   };
-  for (const Case& c : {Case{{9, 28, 28}, "raw,channels=1", 28, 28, 1},
-                        Case{{9, 28, 28}, "raw", 0, 0, 0},
-                        Case{{9, 12}, "raw", 1, 4, 3},
-                        Case{{9, 10}, "raw", 0, 0, 0},
-                        Case{{9, 12}, "raw,channels=1", 1, 12, 1},
-                        Case{{9}, "raw,channels=1", 1, 1, 1},
-                        Case{{9}, "raw", 0, 0, 0},
-                        Case{{9, 4, 5, 3}, "raw,channels=1", 4, 5, 3},
-                        Case{{9, 2, 2, 2, 2}, "raw,channels=1", 0, 0, 0}}) {
+  for (const Case& c :
+       {Case{{9, 28, 28}, "raw,channels=1", 28, 28, 1}, Case{{9, 28, 28}, "raw", 0, 0, 0},
+        Case{{9, 12}, "raw", 1, 4, 3}, Case{{9, 10}, "raw", 0, 0, 0},
+        Case{{9, 12}, "raw,channels=1", 1, 12, 1}, Case{{9}, "raw,channels=1", 1, 1, 1},
+        Case{{9}, "raw", 0, 0, 0}, Case{{9, 4, 5, 3}, "raw,channels=1", 4, 5, 3},
+        Case{{9, 2, 2, 2, 2}, "raw,channels=1", 0, 0, 0}}) {
     const std::string header = IdxHeaderForTest(c.dims);
     Result<IdxHeader> h = ParseIdxHeaderPrefix(Bytes(header), "f.idx");
     ASSERT_TRUE(h.ok()) << h.status().ToString();

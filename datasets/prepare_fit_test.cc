@@ -10,7 +10,7 @@ namespace {
 TEST(PrepareFitTest, KindsOfAScanCountsIdxRecordsPerFileAndImages) {
   SourceScan scan;
   scan.dirs = {"/m", "/s.tar", "/imgs"};
-  scan.samples = {{0, "a.idx", 0, 1, 0},  {0, "a.idx", 1, 1, 0},     {0, "b.idx", 0, 1, 0},
+  scan.samples = {{0, "a.idx", 0, 1, 0},       {0, "a.idx", 1, 1, 0},  {0, "b.idx", 0, 1, 0},
                   {1, "k.png", -1, 1, 0, 512}, {2, "x.jpg", -1, 1, 0}, {0, "a.idx", 2, 1, 0}};
   SampleKinds k = KindsOf(scan);
   EXPECT_EQ(k.idx_records, 4u);

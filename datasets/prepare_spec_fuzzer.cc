@@ -10,7 +10,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using carpool::kMaxPrepareSide;
-  auto spec = carpool::ParsePrepareSpec(std::string_view(reinterpret_cast<const char*>(data), size));
+  auto spec =
+      carpool::ParsePrepareSpec(std::string_view(reinterpret_cast<const char*>(data), size));
   if (!spec.ok()) return 0;
   const bool bounded = spec->resize >= 0 && spec->resize <= kMaxPrepareSide && spec->crop >= 0 &&
                        spec->crop <= kMaxPrepareSide &&

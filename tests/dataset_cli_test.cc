@@ -1,6 +1,7 @@
 // `carpool dataset` run as a real process on temporary state dirs: the must-show results of
 // issue 2, every error case, and crash safety under kill -9.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -205,11 +206,13 @@ TEST_F(DatasetCliTest, RawPrepareOnTarShardsIsRejectedAtRegistration) {
   const std::vector<uint8_t> shard = writer.Finish();
   const fs::path path = tmp_.path() / "shard-000000.tar";
   WriteTestFile(path, std::string(shard.begin(), shard.end()));
-  ExpectOneLineError(
-      Carpool({"add", "t", "--tar", path.string(), "--prepare", "raw,channels=1"}),
+  const std::string expected = fmt::format(
       "prepare spec \"raw,channels=1\" keeps IDX records as they are, but dataset \"t\" holds 1 "
-      "image (e.g. tar shard \"" + fs::canonical(path).string() + "\" member \"k0.jpg\"); use an "
-      "image spec, e.g. --prepare resize=256,crop=256");
+      "image (e.g. tar shard \"{}\" member \"k0.jpg\"); use an image spec, e.g. --prepare "
+      "resize=256,crop=256",
+      fs::canonical(path).string());
+  ExpectOneLineError(Carpool({"add", "t", "--tar", path.string(), "--prepare", "raw,channels=1"}),
+                     expected);
   EXPECT_FALSE(OpenCatalog()->GetDataset("t").ok());
   CliRun fits = Carpool({"add", "t", "--tar", path.string()});
   ASSERT_EQ(fits.code, 0) << fits.err;
