@@ -132,6 +132,11 @@ Result<IdxHeader> ReadIdxHeader(const fs::path& file) {
 Result<IdxRecordLayout> RawRecordLayout(const IdxHeader& h, const PrepareSpec& spec,
                                         std::string_view file) {
   const std::vector<uint32_t>& d = h.dims;
+  if (!spec.raw || spec.channels < 1) {
+    return Status::InvalidArgument(fmt::format(
+        "prepare spec \"{}\" does not keep records as they are; use --prepare raw,channels=1",
+        spec.ToString()));
+  }
   if (d.empty() || d.size() > 4) {
     return Status::InvalidArgument(fmt::format(
         "prepare spec \"{}\" reads records of up to 3 dims (rows, columns, channels), but IDX file "

@@ -51,8 +51,9 @@ struct IdxRecordLayout {
   int channels = 0;
 };
 
-// InvalidArgument when the header has more than 4 dims or the layout's bytes differ from the
-// record's (e.g. channels=3 on 28x28 records); the message names the spec and the fix.
+// InvalidArgument when the spec is not raw, the header has more than 4 dims, or the layout's bytes
+// differ from the record's (e.g. channels=3 on 28x28 records); the message names the spec and
+// the fix.
 Result<IdxRecordLayout> RawRecordLayout(const IdxHeader& h, const PrepareSpec& spec,
                                         std::string_view file);
 

@@ -145,6 +145,10 @@ TEST(IdxTest, RawLayoutMustHoldExactlyTheRecordBytes) {
     EXPECT_EQ(l->width, c.width);
     EXPECT_EQ(l->channels, c.channels);
   }
+  const std::string header = IdxHeaderForTest({9, 28, 28});
+  Result<IdxRecordLayout> decoded = RawRecordLayout(
+      ParseIdxHeaderPrefix(Bytes(header), "f").value(), ParsePrepareSpec("resize=28").value(), "f");
+  EXPECT_EQ(decoded.status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(IdxTest, FashionMnistHas60000In10Classes) {
