@@ -19,15 +19,17 @@ def idx(dims, data=True):
     return header + (bytes(i % 251 for i in range(n)) if data else b"")
 
 
-def shard(fmt, members, cut=None):
+def shard(fmt, members, cut=None, pax=None):
     """A tar of (name, bytes or None for a folder), ending at its two zero blocks, not padded to
-    tarfile's 10 KiB records."""
+    tarfile's 10 KiB records. `pax`: records of each member's pax header."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=fmt,
                       pax_headers={"comment": "seed"} if fmt == tarfile.PAX_FORMAT else None) as t:
         for name, data in members:
             info = tarfile.TarInfo(name)
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            if pax:
+                info.pax_headers = dict(pax)
             if data is None:
                 info.type = tarfile.DIRTYPE
                 t.addfile(info)
@@ -56,6 +58,7 @@ def main():
                            [("train", None), ("train/k0.jpg", b"\xff\xd8jpeg"), ("train/k0.cls", b"3\n")]),
             "ustar-prefix": shard(tarfile.USTAR_FORMAT, [(long_dir + "/k1.png", b"png")]),
             "pax": shard(tarfile.PAX_FORMAT, [("p" * 150 + ".jpg", b"pax"), ("k2.cls", b"7")]),
+            "pax-size": shard(tarfile.PAX_FORMAT, [("k4.png", b"size")], pax={"size": "4"}),
             "gnu-longname": shard(tarfile.GNU_FORMAT, [("g" * 130 + ".jpg", b"gnu")]),
             "truncated": shard(tarfile.USTAR_FORMAT, [("k3.jpg", bytes(700))], cut=1024),
         },
