@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <set>
+#include <vector>
 
 #include "datasets/idx.h"
 #include "datasets/prepare_spec.h"
@@ -12,15 +13,15 @@ namespace carpool {
 
 namespace {
 
-void AddIdxFile(SampleKinds& k, std::set<std::string>& seen, std::string path) {
-  ++k.idx_records;
-  if (seen.insert(path).second) k.idx_files.push_back(std::move(path));
+// Counts one image, and names it when it is the first: `describe` runs once per dataset.
+template <typename Describe>
+void AddImage(SampleKinds& k, const Describe& describe) {
+  if (k.images++ == 0) k.first_image = describe();
 }
 
-void AddImage(SampleKinds& k, std::string_view path, std::string_view member) {
-  if (k.images++ > 0) return;
-  k.first_image = member.empty() ? fmt::format("\"{}\"", path)
-                                 : fmt::format("tar shard \"{}\" member \"{}\"", path, member);
+std::string DescribeImage(std::string_view path, std::string_view member) {
+  return member.empty() ? fmt::format("\"{}\"", path)
+                        : fmt::format("tar shard \"{}\" member \"{}\"", path, member);
 }
 
 std::string Records(const SampleKinds& k) {
@@ -36,32 +37,40 @@ std::string Images(const SampleKinds& k) {
 SampleKinds KindsOf(const SourceScan& scan) {
   SampleKinds k;
   std::set<std::string> seen;
+  const SourceSample* last_idx = nullptr;  // the records of one file come in runs
   for (const SourceSample& s : scan.samples) {
     const std::string& dir = scan.dirs[s.dir];
-    if (s.record_index >= 0) {
-      AddIdxFile(k, seen, (std::filesystem::path(dir) / s.name).string());
-    } else if (s.offset >= 0) {
-      AddImage(k, dir, s.name);
-    } else {
-      AddImage(k, (std::filesystem::path(dir) / s.name).string(), "");
+    if (s.record_index < 0) {
+      AddImage(k, [&] {
+        return s.offset >= 0 ? DescribeImage(dir, s.name)
+                             : DescribeImage((std::filesystem::path(dir) / s.name).string(), "");
+      });
+      continue;
     }
+    ++k.idx_records;
+    if (last_idx != nullptr && last_idx->dir == s.dir && last_idx->name == s.name) continue;
+    last_idx = &s;
+    std::string path = (std::filesystem::path(dir) / s.name).string();
+    if (seen.insert(path).second) k.idx_files.push_back(std::move(path));
   }
   return k;
 }
 
 SampleKinds KindsOf(const SampleRecords& records) {
   SampleKinds k;
-  std::set<std::string> seen;
+  std::vector<bool> seen(records.files.size(), false);
   for (size_t i = 0; i < records.size(); ++i) {
     const SampleRecords::Row& row = records.rows[i];
-    if (row.kind == SampleRecords::Kind::kIdx) {
-      AddIdxFile(k, seen, records.files[row.file]);
-    } else if (k.images > 0) {
-      ++k.images;  // only the first image is named
-    } else {
-      const SampleRecord r = records.Record(i);
-      AddImage(k, r.path, r.member);
+    if (row.kind != SampleRecords::Kind::kIdx) {
+      AddImage(k, [&] {
+        const SampleRecord r = records.Record(i);
+        return DescribeImage(r.path, r.member);
+      });
+      continue;
     }
+    ++k.idx_records;
+    if (!seen[row.file]) k.idx_files.push_back(records.files[row.file]);
+    seen[row.file] = true;
   }
   return k;
 }
