@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "datasets/catalog_codec.h"
+#include "datasets/prepare_fit.h"
 #include "datasets/sqlite_db.h"
 
 namespace carpool {
@@ -331,7 +332,10 @@ Result<DatasetInfo> Catalog::AddDataset(const DatasetMeta& meta, const Roaring& 
         "sample id {} is not in the catalog (largest id {}); derive datasets from registered ones",
         ids.maximum(), *max_id));
   }
-  Status s = InsertDataset(meta, ids, replace, now);
+  Result<SampleRecords> records = GetSampleRecords(ids);
+  if (!records.ok()) return records.status();
+  Status s = CheckPrepareFits(meta.name, meta.prepare_spec, KindsOf(*records));
+  if (s.ok()) s = InsertDataset(meta, ids, replace, now);
   if (s.ok()) s = txn->Commit();
   if (!s.ok()) return s;
   return DatasetInfo{meta.name, ids, meta.prepare_spec, meta.classes, meta.source_desc, now};

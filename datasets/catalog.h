@@ -111,11 +111,13 @@ class Catalog {
 
   // Inserts the scanned samples (reusing the ids of known ones) and the dataset, in one
   // transaction: on any failure, or if the process dies, the catalog is unchanged. New ids are
-  // given in (directory, name, record) order. Fails with InvalidArgument if no samples remain.
+  // given in (directory, name, record) order. Fails with InvalidArgument if no samples remain, or
+  // if meta.prepare_spec does not fit them (CheckPrepareFits, prepare_fit.h).
   Result<RegisterReport> Register(const DatasetMeta& meta, const SourceScan& scan, bool replace,
                                   const ProgressFn& progress = nullptr);
 
   // Stores a dataset of existing sample ids (a derived dataset), in one transaction.
+  // InvalidArgument if meta.prepare_spec does not fit those samples (CheckPrepareFits).
   Result<DatasetInfo> AddDataset(const DatasetMeta& meta, const Roaring& ids, bool replace);
 
   // Removes the dataset (its samples keep their ids). NotFound if absent.

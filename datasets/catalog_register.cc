@@ -7,6 +7,7 @@
 
 #include "datasets/catalog.h"
 #include "datasets/catalog_codec.h"
+#include "datasets/prepare_fit.h"
 #include "datasets/sqlite_db.h"
 
 namespace carpool {
@@ -52,6 +53,9 @@ Result<RegisterReport> Catalog::Register(const DatasetMeta& meta, const SourceSc
     return Status::InvalidArgument(fmt::format(
         "dataset \"{}\" would be empty: no readable samples in {}; check the path and contents",
         meta.name, scan.description));
+  }
+  if (Status fits = CheckPrepareFits(meta.name, meta.prepare_spec, KindsOf(scan)); !fits.ok()) {
+    return fits;
   }
   std::vector<uint32_t> order = SortedOrder(scan);
   RegisterReport report;

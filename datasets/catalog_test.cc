@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "datasets/idx.h"
 #include "datasets/sqlite_db.h"
 #include "datasets/temp_dir_for_test.h"
 
@@ -22,7 +23,9 @@ SourceScan FakeScan(const std::string& dir, int n, int first = 0) {
   return scan;
 }
 
-DatasetMeta Meta(std::string name) { return {std::move(name), "raw", {"a", "b", "c"}, "test"}; }
+DatasetMeta Meta(std::string name, std::string prepare = "resize=32") {
+  return {std::move(name), std::move(prepare), {"a", "b", "c"}, "test"};
+}
 
 class CatalogTest : public ::testing::Test {
  protected:
@@ -96,7 +99,7 @@ TEST_F(CatalogTest, SameSampleGetsSameIdInEveryDataset) {
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->ids, b->info.ids);
   EXPECT_EQ(got->classes, (std::vector<std::string>{"a", "b", "c"}));
-  EXPECT_EQ(got->prepare_spec, "raw");
+  EXPECT_EQ(got->prepare_spec, "resize=32");
   EXPECT_EQ(*catalog_->ListDatasets(), (std::vector<std::string>{"a", "b"}));
 }
 
@@ -184,6 +187,93 @@ TEST_F(CatalogTest, DamagedBitmapIsReportedNotTrusted) {
   Result<DatasetInfo> info = catalog_->GetDataset("a");
   ASSERT_EQ(info.status().code(), StatusCode::kCorruption);
   EXPECT_NE(info.status().message().find("dataset rm a"), std::string::npos);
+}
+
+// A prepare spec must fit the samples it registers (issue 21): "raw" keeps IDX records, every
+// other spec decodes images. Each case used to register and fail only when a job read a sample.
+TEST_F(CatalogTest, RawSpecOnImageFilesOrTarMembersIsRejectedNamingTheFix) {
+  Result<RegisterReport> files =
+      catalog_->Register(Meta("imgs", "raw,channels=1"), FakeScan("/data", 3), false);
+  ASSERT_EQ(files.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(files.status().message(),
+            "prepare spec \"raw,channels=1\" keeps IDX records as they are, but dataset \"imgs\" "
+            "holds 3 images (e.g. \"/data/f0\"); use an image spec, e.g. --prepare "
+            "resize=256,crop=256");
+  SourceScan tar;
+  tar.dirs = {"/t/shard-000000.tar"};
+  tar.samples = {{0, "k0.jpg", -1, 10, 0, 512}, {0, "k1.jpg", -1, 10, 0, 1536}};
+  Result<RegisterReport> members = catalog_->Register(Meta("tars", "raw"), tar, false);
+  ASSERT_EQ(members.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(members.status().message().find(
+                "holds 2 images (e.g. tar shard \"/t/shard-000000.tar\" member \"k0.jpg\")"),
+            std::string::npos)
+      << members.status().message();
+  EXPECT_EQ(catalog_->ListDatasets()->size(), 0u);
+  EXPECT_EQ(*catalog_->SampleCount(), 0u);
+  EXPECT_TRUE(
+      catalog_->Register(Meta("imgs", "resize=64,crop=32"), FakeScan("/data", 3), false).ok());
+}
+
+class CatalogIdxTest : public CatalogTest {
+ protected:
+  // Registers an IDX pair of 4 records of 2x3 bytes, labelled 0..3, with `prepare`.
+  Result<RegisterReport> RegisterIdx(const std::string& name, const std::string& prepare) {
+    WriteTestFile(images(), IdxHeaderForTest({4, 2, 3}) + std::string(4 * 6, 'x'));
+    WriteTestFile(dir_.path() / "labels", IdxHeaderForTest({4}) + std::string("\0\1\2\3", 4));
+    Result<SourceScan> scan = ReadIdxPair(images(), dir_.path() / "labels");
+    if (!scan.ok()) return scan.status();
+    return catalog_->Register(Meta(name, prepare), *scan, false);
+  }
+  std::filesystem::path images() const { return dir_.path() / "images"; }
+};
+
+TEST_F(CatalogIdxTest, ImageSpecOrWrongChannelsOnIdxRecordsIsRejected) {
+  Result<RegisterReport> decoded = RegisterIdx("x", "resize=32");
+  ASSERT_EQ(decoded.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(decoded.status().message(),
+            fmt::format("prepare spec \"resize=32\" decodes images, but dataset \"x\" holds 4 IDX "
+                        "records (e.g. \"{}\"), which are not images; use --prepare "
+                        "raw,channels=1",
+                        images().string()));
+  Result<RegisterReport> rgb = RegisterIdx("x", "raw");
+  ASSERT_EQ(rgb.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(rgb.status().message().find("as 2x3x3 = 18 bytes, but a record holds 6; use "
+                                        "--prepare raw,channels=1"),
+            std::string::npos)
+      << rgb.status().message();
+  EXPECT_EQ(catalog_->ListDatasets()->size(), 0u);
+  Result<RegisterReport> ok = RegisterIdx("x", "raw,channels=1");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+}
+
+// Derived datasets and unions are checked against the samples they hold.
+TEST_F(CatalogIdxTest, DerivedDatasetsMustFitTheirSamples) {
+  Result<RegisterReport> idx = RegisterIdx("idx", "raw,channels=1");
+  ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+  Result<RegisterReport> imgs = catalog_->Register(Meta("imgs"), FakeScan("/data", 3), false);
+  ASSERT_TRUE(imgs.ok()) << imgs.status().ToString();
+  Result<DatasetInfo> mixed =
+      catalog_->AddDataset(Meta("u", "raw,channels=1"), idx->info.ids | imgs->info.ids, false);
+  ASSERT_EQ(mixed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(mixed.status().message().find("dataset \"u\" mixes 4 IDX records"), std::string::npos)
+      << mixed.status().message();
+  EXPECT_NE(mixed.status().message().find("and 3 images (e.g. \"/data/f0\"), and no prepare "
+                                          "spec fits both"),
+            std::string::npos)
+      << mixed.status().message();
+  EXPECT_EQ(catalog_->AddDataset(Meta("u", "resize=32"), idx->info.ids | imgs->info.ids, false)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog_->AddDataset(Meta("sub", "resize=32"), idx->info.ids, false).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog_->AddDataset(Meta("sub", "raw"), idx->info.ids, false).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog_->AddDataset(Meta("sub", "raw"), imgs->info.ids, false).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(*catalog_->ListDatasets(), (std::vector<std::string>{"idx", "imgs"}));
+  EXPECT_TRUE(catalog_->AddDataset(Meta("sub", "raw,channels=1"), idx->info.ids, false).ok());
+  EXPECT_TRUE(catalog_->AddDataset(Meta("sub2", "channels=1"), imgs->info.ids, false).ok());
 }
 
 TEST_F(CatalogTest, NotFoundListsKnownNames) {

@@ -19,7 +19,7 @@ class DerivedTest : public ::testing::Test {
     scan.classes = {"cat", "dog", "eel", "fox"};
     for (int i = 0; i < 1000; ++i) scan.samples.push_back({0, std::to_string(i), -1, 1, i % 4});
     Result<RegisterReport> r =
-        catalog_->Register({"all", "raw", scan.classes, "test"}, scan, false);
+        catalog_->Register({"all", "resize=32", scan.classes, "test"}, scan, false);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     all_ = r->info;
   }

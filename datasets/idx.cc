@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <system_error>
 
@@ -13,70 +14,152 @@ namespace carpool {
 
 namespace fs = std::filesystem;
 
-Result<std::vector<uint8_t>> ReadMaybeGzip(const fs::path& file) {
-  gzFile gz = gzopen(file.c_str(), "rb");
+namespace {
+
+struct GzClose {
+  void operator()(gzFile_s* gz) const { gzclose(gz); }
+};
+using GzFile = std::unique_ptr<gzFile_s, GzClose>;
+
+Result<GzFile> OpenGz(const fs::path& file) {
+  GzFile gz(gzopen(file.c_str(), "rb"));
   if (gz == nullptr) {
     return Status::NotFound(fmt::format("cannot open \"{}\": {}; check the path", file.string(),
                                         errno ? std::strerror(errno) : "out of memory"));
   }
-  gzbuffer(gz, 1 << 20);
+  return gz;
+}
+
+// Reads up to n bytes; fewer only at the end of the file.
+Status ReadGz(gzFile gz, const fs::path& file, uint8_t* out, unsigned n, unsigned* got) {
+  int r = gzread(gz, out, n);
+  if (r < 0) {
+    int code = 0;
+    return Status::Corruption(
+        fmt::format("\"{}\" is not a readable gzip or plain file: {}; re-download it",
+                    file.string(), gzerror(gz, &code)));
+  }
+  *got = static_cast<unsigned>(r);
+  return Status::OK();
+}
+
+uint32_t BigEndian32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> ReadMaybeGzip(const fs::path& file) {
+  Result<GzFile> gz = OpenGz(file);
+  if (!gz.ok()) return gz.status();
+  gzbuffer(gz->get(), 1 << 20);
   std::vector<uint8_t> data;
-  constexpr size_t kStep = 1 << 20;
+  constexpr unsigned kStep = 1 << 20;
   while (true) {
     size_t old = data.size();
     data.resize(old + kStep);
-    int n = gzread(gz, data.data() + old, kStep);
-    if (n < 0) {
-      int code = 0;
-      std::string msg = gzerror(gz, &code);
-      gzclose(gz);
-      return Status::Corruption(fmt::format(
-          "\"{}\" is not a readable gzip or plain file: {}; re-download it", file.string(), msg));
-    }
-    data.resize(old + static_cast<size_t>(n));
-    if (static_cast<size_t>(n) < kStep) break;
+    unsigned n = 0;
+    if (Status s = ReadGz(gz->get(), file, data.data() + old, kStep, &n); !s.ok()) return s;
+    data.resize(old + n);
+    if (n < kStep) break;
   }
-  gzclose(gz);
   return data;
 }
 
-Result<IdxHeader> ParseIdxHeader(std::span<const uint8_t> data, std::string_view file) {
+Result<IdxHeader> ParseIdxHeaderPrefix(std::span<const uint8_t> prefix, std::string_view file) {
   auto bad = [&](std::string what) {
     return Status::Corruption(fmt::format(
-        "bad IDX header in \"{}\": {}; pass IDX ubyte files (e.g. train-images-idx3-ubyte.gz)",
+        "bad IDX header in \"{}\": {}; pass IDX ubyte files (e.g. train-images-idx3-ubyte.gz), "
+        "re-downloaded if damaged",
         file, what));
   };
-  if (data.size() < 4) return bad(fmt::format("file has only {} bytes", data.size()));
-  uint32_t magic =
-      (uint32_t{data[0]} << 24) | (uint32_t{data[1]} << 16) | (uint32_t{data[2]} << 8) | data[3];
-  if (data[0] != 0 || data[1] != 0 || data[2] != 0x08 || data[3] == 0) {
-    return bad(fmt::format("magic 0x{:08x}, expected 0x000008NN (unsigned bytes, NN dims)", magic));
+  if (prefix.size() < 4) return bad(fmt::format("file has only {} bytes", prefix.size()));
+  if (prefix[0] != 0 || prefix[1] != 0 || prefix[2] != 0x08 || prefix[3] == 0) {
+    return bad(fmt::format("magic 0x{:08x}, expected 0x000008NN (unsigned bytes, NN dims)",
+                           BigEndian32(prefix.data())));
   }
   IdxHeader h;
-  size_t ndims = data[3];
+  const size_t ndims = prefix[3];
   h.header_bytes = 4 + 4 * ndims;
-  if (data.size() < h.header_bytes) {
+  if (prefix.size() < h.header_bytes) {
     return bad(fmt::format("{} dims need {} header bytes, file has {}", ndims, h.header_bytes,
-                           data.size()));
+                           prefix.size()));
   }
+  for (size_t d = 0; d < ndims; ++d) h.dims.push_back(BigEndian32(prefix.data() + 4 + 4 * d));
+  // Every product is checked: a wrapped size would let a damaged header pass the length check.
   h.record_bytes = 1;
-  for (size_t d = 0; d < ndims; ++d) {
-    const uint8_t* p = data.data() + 4 + 4 * d;
-    uint32_t dim = (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
-    h.dims.push_back(dim);
-    if (d > 0) {
-      if (dim == 0 || h.record_bytes > (uint64_t{1} << 40) / dim) {
-        return bad(fmt::format("dimension {} = {} is zero or too large", d, dim));
-      }
-      h.record_bytes *= dim;
+  for (size_t d = 1; d < ndims; ++d) {
+    if (h.dims[d] == 0) {
+      return bad(fmt::format("dims [{}]: dimension {} is 0", fmt::join(h.dims, ","), d));
+    }
+    if (__builtin_mul_overflow(h.record_bytes, uint64_t{h.dims[d]}, &h.record_bytes) ||
+        h.record_bytes > kMaxIdxRecordBytes) {
+      return bad(fmt::format("dims [{}] make a record of more than {} bytes, the limit",
+                             fmt::join(h.dims, ","), kMaxIdxRecordBytes));
     }
   }
-  uint64_t expected = h.header_bytes + h.count() * h.record_bytes;
-  if (data.size() != expected) {
-    return bad(fmt::format("dims say {} bytes of data, file has {}", expected - h.header_bytes,
-                           data.size() - h.header_bytes));
+  uint64_t total = 0;
+  if (__builtin_mul_overflow(h.count(), h.record_bytes, &h.data_bytes) ||
+      __builtin_add_overflow(h.header_bytes, h.data_bytes, &total)) {
+    return bad(fmt::format("dims [{}] describe more than 2^64 bytes", fmt::join(h.dims, ",")));
   }
   return h;
+}
+
+Result<IdxHeader> ParseIdxHeader(std::span<const uint8_t> data, std::string_view file) {
+  Result<IdxHeader> h = ParseIdxHeaderPrefix(data, file);
+  if (!h.ok()) return h;
+  if (data.size() - h->header_bytes != h->data_bytes) {
+    return Status::Corruption(fmt::format(
+        "bad IDX header in \"{}\": dims [{}] say {} bytes of data, file has {}; re-download it",
+        file, fmt::join(h->dims, ","), h->data_bytes, data.size() - h->header_bytes));
+  }
+  return h;
+}
+
+Result<IdxHeader> ReadIdxHeader(const fs::path& file) {
+  Result<GzFile> gz = OpenGz(file);
+  if (!gz.ok()) return gz.status();
+  uint8_t header[4 + 4 * 255];
+  unsigned got = 0, more = 0;
+  if (Status s = ReadGz(gz->get(), file, header, 4, &got); !s.ok()) return s;
+  if (got == 4 && header[3] > 0) {
+    if (Status s = ReadGz(gz->get(), file, header + 4, 4u * header[3], &more); !s.ok()) return s;
+  }
+  return ParseIdxHeaderPrefix(std::span<const uint8_t>(header, got + more), file.string());
+}
+
+Result<IdxRecordLayout> RawRecordLayout(const IdxHeader& h, const PrepareSpec& spec,
+                                        std::string_view file) {
+  const std::vector<uint32_t>& d = h.dims;
+  if (!spec.raw || spec.channels < 1) {
+    return Status::InvalidArgument(fmt::format(
+        "prepare spec \"{}\" does not keep records as they are; use --prepare raw,channels=1",
+        spec.ToString()));
+  }
+  if (d.empty() || d.size() > 4) {
+    return Status::InvalidArgument(fmt::format(
+        "prepare spec \"{}\" reads records of up to 3 dims (rows, columns, channels), but IDX file "
+        "\"{}\" has dims [{}]; reshape it to [N,rows,columns] or [N,rows,columns,channels]",
+        spec.ToString(), file, fmt::join(d, ",")));
+  }
+  // Each dim after the first is at most kMaxIdxRecordBytes, so it fits an int.
+  IdxRecordLayout l{1, 1, spec.channels};
+  if (d.size() == 2) l.width = static_cast<int>(d[1] / static_cast<uint32_t>(spec.channels));
+  if (d.size() >= 3) {
+    l.height = static_cast<int>(d[1]);
+    l.width = static_cast<int>(d[2]);
+  }
+  if (d.size() == 4) l.channels = static_cast<int>(d[3]);
+  const uint64_t bytes = uint64_t(l.height) * uint64_t(l.width) * uint64_t(l.channels);
+  if (bytes != h.record_bytes) {
+    return Status::InvalidArgument(fmt::format(
+        "prepare spec \"{}\" reads each record of IDX file \"{}\" (dims [{}]) as {}x{}x{} = {} "
+        "bytes, but a record holds {}; use --prepare raw,channels=1",
+        spec.ToString(), file, fmt::join(d, ","), l.height, l.width, l.channels, bytes,
+        h.record_bytes));
+  }
+  return l;
 }
 
 Result<SourceScan> ReadIdxPair(const fs::path& images, const fs::path& labels) {

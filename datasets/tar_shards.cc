@@ -319,6 +319,16 @@ Status ListTarMembers(std::string_view shard, uint64_t shard_size, const TarRead
   return Status::OK();
 }
 
+Status ListTarMembersInMemory(std::string_view shard, std::span<const uint8_t> data,
+                              std::vector<TarMember>* out) {
+  auto read_at = [&](uint64_t off, size_t n, uint8_t* buf) -> Result<size_t> {
+    const size_t got = off >= data.size() ? 0 : std::min<uint64_t>(n, data.size() - off);
+    if (got > 0) std::memcpy(buf, data.data() + off, got);
+    return got;
+  };
+  return ListTarMembers(shard, data.size(), read_at, out);
+}
+
 Result<std::vector<std::string>> ExpandShardPattern(std::string_view pattern) {
   size_t open = pattern.find('{');
   if (open != std::string_view::npos) {

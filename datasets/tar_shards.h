@@ -39,6 +39,10 @@ using TarReadAt = std::function<Result<size_t>(uint64_t offset, size_t n, uint8_
 Status ListTarMembers(std::string_view shard, uint64_t shard_size, const TarReadAt& read_at,
                       std::vector<TarMember>* out);
 
+// ListTarMembers over a shard in memory (tests, the fuzzer): the same parser the file scan uses.
+Status ListTarMembersInMemory(std::string_view shard, std::span<const uint8_t> data,
+                              std::vector<TarMember>* out);
+
 // Expands one --tar argument into shard paths: brace ranges "train-{000000..000146}.tar" (zero
 // padding from the first bound's width; several ranges multiply), else a glob (sorted matches),
 // else the path itself. InvalidArgument for a malformed range, NotFound for a glob without match.

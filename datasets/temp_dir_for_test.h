@@ -4,11 +4,13 @@
 
 #include <stdlib.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 namespace carpool {
 
@@ -31,6 +33,15 @@ class TempDirForTest {
 inline void WriteTestFile(const std::filesystem::path& file, std::string_view content) {
   std::filesystem::create_directories(file.parent_path());
   std::ofstream(file, std::ios::binary).write(content.data(), content.size());
+}
+
+// The header of an IDX ubyte file with these dims, without the data.
+inline std::string IdxHeaderForTest(const std::vector<uint32_t>& dims) {
+  std::string out = {0, 0, 8, static_cast<char>(dims.size())};
+  for (uint32_t d : dims) {
+    for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<char>((d >> s) & 0xff));
+  }
+  return out;
 }
 
 }  // namespace carpool

@@ -1,47 +1,22 @@
 #include "server/engine_samples.h"
 
 #include <fmt/format.h>
-#include <zlib.h>
 
 #include <map>
 #include <string>
 
+#include "datasets/idx.h"
+
 namespace carpool {
 namespace {
 
-// The shape of one record of an IDX file, from its header only (zlib reads plain files as is).
-Result<PreparedShape> IdxRecordShape(const std::string& path, int channels) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    return Status::IOError(fmt::format("cannot open IDX file \"{}\"; re-register the dataset", path));
-  }
-  uint8_t magic[4] = {};
-  std::vector<uint32_t> dims;
-  bool ok = gzread(f, magic, 4) == 4 && magic[0] == 0 && magic[1] == 0 && magic[3] >= 1 &&
-            magic[3] <= 4;
-  for (int i = 0; ok && i < magic[3]; ++i) {
-    uint8_t d[4];
-    ok = gzread(f, d, 4) == 4;
-    dims.push_back(uint32_t{d[0]} << 24 | uint32_t{d[1]} << 16 | uint32_t{d[2]} << 8 | d[3]);
-  }
-  gzclose(f);
-  if (!ok) {
-    return Status::Corruption(fmt::format("IDX file \"{}\" has a bad header", path));
-  }
-  PreparedShape shape;
-  shape.channels = channels;
-  if (dims.size() == 1) {
-    shape.height = 1;
-    shape.width = 1;
-  } else if (dims.size() == 2) {
-    shape.height = 1;
-    shape.width = static_cast<int>(dims[1] / static_cast<uint32_t>(channels));
-  } else {
-    shape.height = static_cast<int>(dims[1]);
-    shape.width = static_cast<int>(dims[2]);
-    if (dims.size() == 4) shape.channels = static_cast<int>(dims[3]);
-  }
-  return shape;
+// The shape a raw spec gives the records of an IDX file, from its header only.
+Result<PreparedShape> IdxRecordShape(const std::string& path, const PrepareSpec& spec) {
+  Result<IdxHeader> header = ReadIdxHeader(path);
+  if (!header.ok()) return header.status();
+  Result<IdxRecordLayout> layout = RawRecordLayout(*header, spec, path);
+  if (!layout.ok()) return layout.status();
+  return PreparedShape{layout->height, layout->width, layout->channels};
 }
 
 }  // namespace
@@ -84,7 +59,7 @@ Result<DatasetSamples> LoadDatasetSamples(const Catalog& catalog, std::string_vi
     for (size_t i = 0; i < r.size(); ++i) {
       const uint32_t f = r.rows[i].file;
       if (known[f]) continue;
-      Result<PreparedShape> shape = IdxRecordShape(r.Path(i), block->spec.channels);
+      Result<PreparedShape> shape = IdxRecordShape(r.Path(i), block->spec);
       if (!shape.ok()) return shape.status();
       block->raw_shapes[f] = *shape;
       known[f] = r.rows[i].kind == SampleRecords::Kind::kIdx;

@@ -1,6 +1,7 @@
 // `carpool dataset` run as a real process on temporary state dirs: the must-show results of
 // issue 2, every error case, and crash safety under kill -9.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -18,6 +19,7 @@
 
 #include "datasets/catalog.h"
 #include "datasets/sqlite_db.h"
+#include "datasets/tar_shards.h"
 #include "datasets/temp_dir_for_test.h"
 #include "tests/e2e_util.h"
 
@@ -192,6 +194,43 @@ TEST_F(DatasetCliTest, EveryErrorIsOneClearLine) {
   EXPECT_EQ(Carpool({"add", "x"}).code, 2);
   EXPECT_EQ(Carpool({"add", "x", "--dir", "a", "--list", "b"}).code, 2);
   EXPECT_EQ(OpenCatalog()->ListDatasets().value(), std::vector<std::string>{"one"});
+}
+
+// issue 21: a spec that does not fit the source fails at registration, in one line naming the
+// spec and the fix; it used to register, and the job failed on "IDX file ... has a bad header".
+TEST_F(DatasetCliTest, RawPrepareOnTarShardsIsRejectedAtRegistration) {
+  TarShardWriter writer;
+  const std::vector<uint8_t> jpeg(100, 0xff), label = {'3'};
+  ASSERT_TRUE(writer.Add("k0.jpg", jpeg).ok());
+  ASSERT_TRUE(writer.Add("k0.cls", label).ok());
+  const std::vector<uint8_t> shard = writer.Finish();
+  const fs::path path = tmp_.path() / "shard-000000.tar";
+  WriteTestFile(path, std::string(shard.begin(), shard.end()));
+  const std::string expected = fmt::format(
+      "prepare spec \"raw,channels=1\" keeps IDX records as they are, but dataset \"t\" holds 1 "
+      "image (e.g. tar shard \"{}\" member \"k0.jpg\"); use an image spec, e.g. --prepare "
+      "resize=256,crop=256",
+      fs::canonical(path).string());
+  ExpectOneLineError(Carpool({"add", "t", "--tar", path.string(), "--prepare", "raw,channels=1"}),
+                     expected);
+  EXPECT_FALSE(OpenCatalog()->GetDataset("t").ok());
+  CliRun fits = Carpool({"add", "t", "--tar", path.string()});
+  ASSERT_EQ(fits.code, 0) << fits.err;
+  EXPECT_NE(fits.out.find("prepare resize=256,crop=256"), std::string::npos) << fits.out;
+}
+
+// issue 21: 2^24 records of 2^20 x 2^20 bytes in a 16-byte file, with 2^24 valid labels. The data
+// size 2^64 wrapped to 0, and the file registered as 16,777,216 samples of 1 TiB each.
+TEST_F(DatasetCliTest, IdxHeaderWhoseDataSizeWrapsIsRejected) {
+  const fs::path images = tmp_.path() / "huge-images", labels = tmp_.path() / "huge-labels";
+  WriteTestFile(images, IdxHeaderForTest({1u << 24, 1u << 20, 1u << 20}));
+  WriteTestFile(labels, IdxHeaderForTest({1u << 24}) + std::string(1u << 24, '\0'));
+  ExpectOneLineError(
+      Carpool({"add", "huge", "--idx", images.string(), labels.string()}),
+      "bad IDX header in \"" + fs::canonical(images).string() +
+          "\": dims [16777216,1048576,1048576] make a record of more than 268435456 bytes, the "
+          "limit");
+  EXPECT_FALSE(OpenCatalog()->GetDataset("huge").ok());
 }
 
 TEST_F(DatasetCliTest, UnreadableFilesAreListedAndSkippedUnlessStrict) {
