@@ -8,6 +8,8 @@ The library is looked up, first hit wins:
   4. the system's library path (ctypes.util.find_library("carpool")).
 """
 
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import os
@@ -30,9 +32,10 @@ LAYOUTS = {1: "nhwc", 2: "nchw", 3: "raw"}
 
 class CarpoolError(RuntimeError):
     """A carpool call failed. `code` is the carpool::StatusCode value (8 = Unavailable: the server
-    is gone or silent), `code_name` its name; the message is the server's or the client's."""
+    is gone or silent), `code_name` its name; the message is the server's or the client's.
+    Arguments this package can check itself raise ValueError or TypeError instead."""
 
-    def __init__(self, message, code=9):
+    def __init__(self, message: str, code: int = 9) -> None:
         super().__init__(message)
         self.code = code
         self.code_name = STATUS_NAMES.get(code, str(code))
@@ -156,7 +159,7 @@ def lib():
             "'cmake --build build --target carpool_c' or set CARPOOL_LIB to its path", 6)
 
 
-def library_path():
+def library_path() -> str:
     """The path of the loaded libcarpool.so."""
     return lib()._name
 
