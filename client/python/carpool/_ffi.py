@@ -3,7 +3,8 @@
 The library is looked up, first hit wins:
   1. $CARPOOL_LIB (a path to libcarpool.so);
   2. next to this package (what `pip install client/python` copies from the build), then the
-     portable bundle's lib/ (scripts/bundle.sh: python/carpool beside lib/);
+     package's lib/ (the platform wheel, scripts/wheel.sh), then the portable bundle's lib/
+     (scripts/bundle.sh: python/carpool beside lib/);
   3. the build folders of the source tree this package sits in: $CARPOOL_BUILD_DIR, then build/;
   4. the system's library path (ctypes.util.find_library("carpool")).
 """
@@ -85,6 +86,7 @@ def _candidates():
         return  # an explicit choice is not second-guessed
     for name in ("libcarpool.so", "libcarpool.so.0"):
         yield _HERE / name
+    yield _HERE / "lib" / "libcarpool.so"
     yield _HERE.parents[1] / "lib" / "libcarpool.so"
     build_dirs = []
     if os.environ.get("CARPOOL_BUILD_DIR"):

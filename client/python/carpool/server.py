@@ -1,6 +1,7 @@
 """Running the `carpool` binary from Python: a throwaway server for an experiment or a test, and
-the dataset CLI. The binary is $CARPOOL_BIN, else the source tree's build ($CARPOOL_BUILD_DIR,
-then build/), else `carpool` on PATH."""
+the dataset CLI. The binary is $CARPOOL_BIN, else the one inside the package (the platform wheel,
+scripts/wheel.sh), else the source tree's build ($CARPOOL_BUILD_DIR, then build/), else `carpool`
+on PATH."""
 
 from __future__ import annotations
 
@@ -20,12 +21,21 @@ from . import _args, _ffi
 from ._ffi import CarpoolError
 
 
+def bundled_binary() -> Optional[str]:
+    """The `carpool` executable inside the package (a platform wheel's), or None."""
+    p = _ffi._HERE / "bin" / "carpool"
+    return str(p) if os.access(p, os.X_OK) else None
+
+
 def binary() -> str:
     """The path of the `carpool` executable; raises CarpoolError naming where it looked."""
     env = os.environ.get("CARPOOL_BIN")
     if env:
         return env
     tried = []
+    own = bundled_binary()
+    if own is not None:
+        return own
     dirs = [os.environ["CARPOOL_BUILD_DIR"]] if os.environ.get("CARPOOL_BUILD_DIR") else []
     dirs.append(str(_ffi._SOURCE_ROOT / "build"))
     for d in dirs:
