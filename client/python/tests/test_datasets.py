@@ -41,6 +41,27 @@ class DatasetsTest(unittest.TestCase):
         self.assertEqual((again["new_samples"], again["ids"]), (0, fm["ids"]))  # same files
         cds.remove("fm-again", state_dir=STATE)
 
+    def test_add_from_a_folder_a_list_and_tar_shards(self):
+        gen = STATE / "gen"
+        carpool.cli("dataset", "gen", gen / "dir", "--count", 12, "--size", "64x48",
+                    "--classes", 3, "--quiet")
+        carpool.cli("dataset", "gen", gen / "tar", "--count", 12, "--size", "64x48",
+                    "--classes", 3, "--tar", "--shard-size", 5, "--quiet")
+        folder = cds.add("t-dir", dir=gen / "dir", prepare="resize=32,crop=32", state_dir=STATE)
+        self.assertEqual((folder["samples"], len(folder["classes"])), (12, 3))
+        self.assertEqual(folder["prepare"], "resize=32,crop=32")
+        files = sorted((gen / "dir").rglob("*.jpg"))
+        (gen / "list.csv").write_text("".join(f"{f},{i % 2}\n" for i, f in enumerate(files[:4])))
+        listed = cds.add("t-list", list=gen / "list.csv", state_dir=STATE)
+        self.assertEqual((listed["samples"], listed["new_samples"]), (4, 0))  # the same files
+        shards = cds.add("t-tar", tar=sorted((gen / "tar").glob("*.tar")), state_dir=STATE)
+        self.assertEqual(shards["samples"], 12)
+        pattern = cds.add("t-tar2", tar=str(gen / "tar" / "train-{000000..000002}.tar"),
+                          state_dir=STATE)
+        self.assertEqual(pattern["ids"], shards["ids"])
+        for n in ("t-dir", "t-list", "t-tar", "t-tar2"):
+            cds.remove(n, state_dir=STATE)
+
     def test_derive_by_classes_fraction_and_ids(self):
         shoes = cds.derive("t-shoes", "fm", classes=[5, "7", 9], state_dir=STATE)
         self.assertEqual(shoes["samples"], int(sum((self.labels == c).sum() for c in (5, 7, 9))))
