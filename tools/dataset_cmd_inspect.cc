@@ -139,7 +139,8 @@ int DatasetInspect(std::string_view verb, int argc, char** argv) {
   opts.add_options()("help,h", "show this help")("state-dir", po::value(&state_dir),
                                                  "catalog location")(
       "quiet,q", "accepted for symmetry with add")(
-      "json", "print one JSON object on stdout (errors: {\"error\": ...})")("names", po::value(&names), "dataset names");
+      "json", "print one JSON object on stdout (errors: {\"error\": ...})")(
+      "names", po::value(&names), "dataset names");
   po::positional_options_description pos;
   pos.add("names", -1);
   po::variables_map vm;
