@@ -46,10 +46,8 @@ def _run(verb: str, args: Sequence[str], state_dir: Optional[PathLike]) -> Dict[
                            f"{r.stderr.strip()[-500:]!r}); is {cmd[0]} a carpool with --json?", 9)
     if "error" in out or r.returncode != 0:
         code = out.get("code")
-        err = CarpoolError(str(out.get("error", f"exit {r.returncode}")),
+        raise CarpoolError(str(out.get("error", f"exit {r.returncode}")),
                            code if isinstance(code, int) else 9)
-        err.command = cmd
-        raise err
     # Warnings (unreadable files, relabelled samples) stay text on stderr; keep them.
     out["warnings"] = [ln for ln in r.stderr.splitlines() if ln.strip()]
     return out
@@ -99,7 +97,7 @@ def add(name: str, *, dir: Optional[PathLike] = None, list: Optional[PathLike] =
             raise TypeError(f"idx must be a pair (images, labels) of IDX file paths, got {idx!r}")
         args += ["--idx", _args.path("idx[0]", idx[0]), _args.path("idx[1]", idx[1])]
     else:
-        shards = [tar] if isinstance(tar, (str, os.PathLike)) else builtins.list(tar)
+        shards = [tar] if isinstance(tar, (str, os.PathLike)) else builtins.list(tar or ())
         if not shards:
             raise ValueError("tar= is empty; pass a shard pattern like 'DIR/train-{0..9}.tar'")
         args += ["--tar", *(_args.path(f"tar[{i}]", t) for i, t in enumerate(shards))]

@@ -2,14 +2,17 @@
 tests compare the server's batches with, the test split the example scripts evaluate on, and
 synthetic stand-ins where the real files are not on disk."""
 
+from __future__ import annotations
+
 import gzip
+import os
 import pathlib
 import struct
 
 import numpy as np
 
 
-def read_idx(path):
+def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
     """An unsigned-byte IDX file, gzipped or plain, as a numpy uint8 array of its dims."""
     raw = pathlib.Path(path).read_bytes()
     if raw[:2] == b"\x1f\x8b":
@@ -26,7 +29,7 @@ def read_idx(path):
     return np.frombuffer(raw, np.uint8, offset=4 + 4 * rank).reshape(dims)
 
 
-def write_idx(path, array):
+def write_idx(path: str | os.PathLike[str], array: np.ndarray) -> None:
     """Writes a uint8 numpy array as an IDX ubyte file, gzipped when `path` ends in .gz."""
     array = np.ascontiguousarray(array)
     if array.dtype != np.uint8 or array.ndim == 0 or array.ndim > 255:

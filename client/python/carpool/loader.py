@@ -132,7 +132,7 @@ class _CudaArray:
         }
 
 
-_LIVE_GPU_LOADERS = weakref.WeakSet()
+_LIVE_GPU_LOADERS: "weakref.WeakSet[Loader]" = weakref.WeakSet()
 
 
 @atexit.register
@@ -329,10 +329,11 @@ class Loader:
                  node: Optional[int] = None, nodes: Optional[int] = None,
                  state: Optional[Union[Dict[str, Any], bytes]] = None) -> None:
         # Set first: close() from __del__ must work whatever the checks below raise.
-        self._job = self._client = None
+        self._job: Optional[ctypes.c_void_p] = None
+        self._client: Optional[_Client] = None
         self._current = None  # _BatchMemory of the batch handed out last
         self._pending = None  # a batch of the next epoch, fetched while ending this one
-        self._releaser = None  # GPU: a thread that hands slots back once their work is done
+        self._releaser: Optional[_GpuReleaser] = None  # GPU: a thread that hands slots back once their work is done
         self._finished = False
         self._epoch_over = False  # the batch handed out last was its epoch's last
         # Every argument is checked before the server is asked anything (ValueError, TypeError).
@@ -594,21 +595,25 @@ class Loader:
 
     def server_stats(self) -> Dict[str, Any]:
         """The server's statistics (all jobs, cache, preparations, deliveries, sharing_ratio)."""
+        if self._client is None or self._client.handle is None:
+            raise CarpoolError(f"loader for job {self.job_id} is closed", 6)
         return self._client.stats()
 
     def close(self) -> None:
         """Ends the job now (the server removes it and frees its slots). Idempotent. Views handed
         out earlier stay mapped, so reading them does not fault, but their contents are void."""
         self._release_current()
-        if getattr(self, "_releaser", None) is not None:
-            self._releaser.close()  # waits for the GPU work on the batches still held
+        releaser = getattr(self, "_releaser", None)
+        if releaser is not None:
+            releaser.close()  # waits for the GPU work on the batches still held
             self._releaser = None
         self._pending = None
         if getattr(self, "_job", None) is not None:
             self._lib.carpool_job_free(self._job)
             self._job = None
-        if getattr(self, "_client", None) is not None:
-            self._client.close()
+        client = getattr(self, "_client", None)
+        if client is not None:
+            client.close()
 
     def __enter__(self) -> "Loader":
         return self

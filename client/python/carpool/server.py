@@ -80,7 +80,7 @@ def cli(*args: Any, state_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
     return r.stdout
 
 
-_SETPRIV = []  # [] until looked up, then [argv prefix] (empty when unavailable)
+_SETPRIV: List[List[str]] = []  # [] until looked up, then [argv prefix] (empty when unavailable)
 
 
 def _death_signal_prefix():
@@ -147,8 +147,8 @@ class Server:
         self.flags = flags
         self.log = log
         self.grace = grace
-        self.proc = None
-        self._finalizer = None
+        self.proc: Optional[subprocess.Popen] = None
+        self._finalizer: Optional[weakref.finalize] = None
 
     def start(self, timeout: float = 30.0) -> "Server":
         timeout = _args.number("timeout", timeout)
@@ -164,7 +164,7 @@ class Server:
                 cmd += ["--" + k.replace("_", "-"), str(v)]
         main_thread = threading.current_thread() is threading.main_thread()
         prefix = _death_signal_prefix() if main_thread else []
-        out = open(self.log, "ab") if self.log else subprocess.DEVNULL
+        out: Any = open(self.log, "ab") if self.log else subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen(prefix + cmd, stdout=out, stderr=subprocess.STDOUT)
         finally:
@@ -201,7 +201,8 @@ class Server:
         if self.proc is None:
             return None
         code = _stop_process(self.proc, self.grace)
-        self._finalizer.detach()
+        if self._finalizer is not None:
+            self._finalizer.detach()
         self.proc = self._finalizer = None
         return code
 
