@@ -22,6 +22,8 @@ PACKAGES=(
   curl python3-prometheus-client
   # python side and the embedded default dataset
   python3 python3-numpy python3-torch python3-torchvision dataset-fashion-mnist
+  # examples/optuna_sweep.py: trials of one study in several processes (Debian 12: optuna 3.1)
+  python3-optuna
 )
 
 missing=()

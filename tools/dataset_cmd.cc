@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 #include <string>
 
@@ -31,11 +32,19 @@ verbs:
   bench --tar [--count N] prepare throughput from tar shards vs the folder, same images
 
 common options: --state-dir DIR (else $CARPOOL_STATE_DIR, $XDG_STATE_HOME/carpool,
-~/.local/state/carpool), --quiet; 'carpool dataset <verb> --help' for the rest.
+~/.local/state/carpool), --quiet, --json (add, ls, show, rm, overlap: one JSON object on
+stdout, errors too: {"error": ...}); 'carpool dataset <verb> --help' for the rest.
 )";
 
 int Dataset(int argc, char** argv) {
-  if (argc < 2) {
+  SetJsonOutput(std::any_of(argv + 1, argv + argc,
+                            [](const char* a) { return std::string_view(a) == "--json"; }));
+  if (argc < 2 || (JsonOutput() && std::string_view(argv[1]) == "--json")) {
+    if (JsonOutput()) {
+      PrintJsonError("", Status::InvalidArgument("missing verb; see 'carpool dataset --help'"),
+                     true);
+      return 2;
+    }
     fmt::print(stderr, "{}", kUsage);
     return 2;
   }
@@ -52,10 +61,15 @@ int Dataset(int argc, char** argv) {
   if (verb == "ls" || verb == "show" || verb == "rm" || verb == "overlap") {
     return DatasetInspect(verb, argc - 1, argv + 1);
   }
-  fmt::print(stderr,
-             "carpool dataset: unknown verb \"{}\" (known: add, ls, show, rm, overlap, gen, "
-             "bench); see 'carpool dataset --help'\n",
-             verb);
+  std::string unknown = fmt::format(
+      "unknown verb \"{}\" (known: add, ls, show, rm, overlap, gen, bench); see 'carpool "
+      "dataset --help'",
+      verb);
+  if (JsonOutput()) {
+    PrintJsonError(verb, Status::InvalidArgument(unknown), true);
+  } else {
+    fmt::print(stderr, "carpool dataset: {}\n", unknown);
+  }
   return 2;
 }
 
@@ -65,7 +79,11 @@ const CommandRegistrar kRegistrar("dataset", "register, derive, inspect and gene
 }  // namespace
 
 int Fail(std::string_view verb, const Status& status) {
-  fmt::print(stderr, "carpool dataset {}: {}\n", verb, status.message());
+  if (JsonOutput()) {
+    PrintJsonError(verb, status, false);
+  } else {
+    fmt::print(stderr, "carpool dataset {}: {}\n", verb, status.message());
+  }
   return 1;
 }
 
@@ -88,8 +106,12 @@ std::optional<int> ParseVerbArgs(std::string_view verb, int argc, char** argv,
 }
 
 int UsageError(std::string_view verb, std::string_view problem) {
-  fmt::print(stderr, "carpool dataset {}: {}; see 'carpool dataset {} --help'\n", verb, problem,
-             verb);
+  std::string message = fmt::format("{}; see 'carpool dataset {} --help'", problem, verb);
+  if (JsonOutput()) {
+    PrintJsonError(verb, Status::InvalidArgument(message), true);
+  } else {
+    fmt::print(stderr, "carpool dataset {}: {}\n", verb, message);
+  }
   return 2;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,8 +40,20 @@ class ProgressBar {
   Clock::time_point start_, last_draw_;
 };
 
-// "carpool dataset <verb>: <message>" on stderr; returns the exit code 1.
+// "carpool dataset <verb>: <message>" on stderr; returns the exit code 1. With --json, the
+// object of PrintJsonError on stdout instead.
 int Fail(std::string_view verb, const Status& status);
+
+// --json (dataset_cmd_json.cc): set by the dispatcher when argv holds --json; each verb then
+// prints exactly one JSON object on stdout, success or error. Not thread-safe: set before use.
+void SetJsonOutput(bool on);
+bool JsonOutput();
+// One object on one line of stdout.
+void PrintJson(const nlohmann::json& object);
+// {"error": message, "code": StatusCode value, "status": its name, "usage": usage, "verb": verb}.
+void PrintJsonError(std::string_view verb, const Status& status, bool usage);
+// name, samples, ids [min, max] ([] if empty), classes, prepare, source, created_unix.
+nlohmann::json DatasetJson(const DatasetInfo& d);
 
 // Parses argv into `vm` with `opts` (which must hold "help") and `pos`. Returns an exit code
 // when the verb should stop now: 0 after printing --help, 2 after printing a usage error.
@@ -49,7 +62,8 @@ std::optional<int> ParseVerbArgs(std::string_view verb, int argc, char** argv,
                                  const boost::program_options::positional_options_description& pos,
                                  boost::program_options::variables_map* vm);
 
-// Prints "carpool dataset <verb>: <problem>; see --help" and returns the usage exit code 2.
+// Prints "carpool dataset <verb>: <problem>; see --help" and returns the usage exit code 2 (with
+// --json, as an error object with "usage": true and code InvalidArgument).
 int UsageError(std::string_view verb, std::string_view problem);
 
 // Resolves the state dir (flag, env, XDG, home) and opens its catalog.

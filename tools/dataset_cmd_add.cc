@@ -91,6 +91,15 @@ int AddFromSource(const AddArgs& a, Catalog& catalog) {
                "keep their first label\n",
                r->label_conflicts);
   }
+  if (JsonOutput()) {
+    nlohmann::json out = DatasetJson(r->info);
+    out["new_samples"] = r->new_samples;
+    out["unreadable"] = scan->unreadable.size();
+    out["duplicates"] = r->duplicates;
+    out["label_conflicts"] = r->label_conflicts;
+    PrintJson(out);
+    return 0;
+  }
   fmt::print("registered \"{}\": {} samples ({} new), {} classes, prepare {}\n", a.name,
              r->info.ids.cardinality(), r->new_samples, r->info.classes.size(), *prepare);
   return 0;
@@ -141,6 +150,10 @@ int AddDerived(const AddArgs& a, Catalog& catalog) {
   }
   Result<DatasetInfo> info = catalog.AddDataset(d->meta, d->ids, a.replace);
   if (!info.ok()) return Fail("add", info.status());
+  if (JsonOutput()) {
+    PrintJson(DatasetJson(*info));
+    return 0;
+  }
   fmt::print("registered \"{}\": {} samples ({}), prepare {}\n", a.name, info->ids.cardinality(),
              info->source_desc, info->prepare_spec);
   return 0;
@@ -171,6 +184,7 @@ int DatasetAdd(int argc, char** argv) {
       "replace", po::bool_switch(&a.replace), "overwrite a dataset of the same name")(
       "strict", po::bool_switch(&a.strict), "fail if any file is unreadable")(
       "quiet,q", po::bool_switch(&a.quiet), "no progress bar")(
+      "json", "print one JSON object on stdout (errors: {\"error\": ...})")(
       "state-dir", po::value(&a.state_dir), "catalog location")("name", po::value(&a.name),
                                                                 "dataset name (positional)");
   po::positional_options_description pos;

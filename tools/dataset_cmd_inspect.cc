@@ -39,9 +39,26 @@ std::string ClassList(const std::vector<std::string>& classes) {
                      classes.size() > kShown ? ", ..." : "");
 }
 
+nlohmann::json OverlapJson(const Overlap& ov) {
+  return {{"common", ov.both},
+          {"union", ov.either},
+          {"jaccard", ov.jaccard()},
+          {"share_bound", ov.bound()}};
+}
+
 int Ls(Catalog& catalog) {
   Result<std::vector<std::string>> names = catalog.ListDatasets();
   if (!names.ok()) return Fail("ls", names.status());
+  if (JsonOutput()) {
+    nlohmann::json all = nlohmann::json::array();
+    for (const std::string& name : *names) {
+      Result<DatasetInfo> d = catalog.GetDataset(name);
+      if (!d.ok()) return Fail("ls", d.status());
+      all.push_back(DatasetJson(*d));
+    }
+    PrintJson({{"datasets", all}});
+    return 0;
+  }
   fmt::print("{:<24} {:>10} {:>8}  {:<22} {}\n", "NAME", "SAMPLES", "CLASSES", "PREPARE", "SOURCE");
   for (const std::string& name : *names) {
     Result<DatasetInfo> d = catalog.GetDataset(name);
@@ -57,6 +74,21 @@ int Show(Catalog& catalog, const std::string& name) {
   if (!d.ok()) return Fail("show", d.status());
   Result<std::vector<std::string>> names = catalog.ListDatasets();
   if (!names.ok()) return Fail("show", names.status());
+  if (JsonOutput()) {
+    nlohmann::json out = DatasetJson(*d);
+    nlohmann::json overlaps = nlohmann::json::array();
+    for (const std::string& other : *names) {
+      if (other == name) continue;
+      Result<DatasetInfo> o = catalog.GetDataset(other);
+      if (!o.ok()) return Fail("show", o.status());
+      nlohmann::json ov = OverlapJson(Measure(d->ids, o->ids));
+      ov["name"] = other;
+      overlaps.push_back(ov);
+    }
+    out["overlap"] = overlaps;
+    PrintJson(out);
+    return 0;
+  }
   std::time_t created = d->created_unix;
   fmt::print("name:     {}\n", d->name);
   fmt::print("samples:  {}\n", d->ids.cardinality());
@@ -83,6 +115,12 @@ int ShowOverlap(Catalog& catalog, const std::string& a, const std::string& b) {
   Result<DatasetInfo> db = catalog.GetDataset(b);
   if (!db.ok()) return Fail("overlap", db.status());
   Overlap ov = Measure(da->ids, db->ids);
+  if (JsonOutput()) {
+    nlohmann::json out = OverlapJson(ov);
+    out.update({{"a", a}, {"b", b}, {"size_a", ov.a}, {"size_b", ov.b}});
+    PrintJson(out);
+    return 0;
+  }
   fmt::print("|A|                 {:>10}  ({})\n", ov.a, a);
   fmt::print("|B|                 {:>10}  ({})\n", ov.b, b);
   fmt::print("|A∩B|               {:>10}\n", ov.both);
@@ -100,7 +138,9 @@ int DatasetInspect(std::string_view verb, int argc, char** argv) {
   po::options_description opts(fmt::format("carpool dataset {} [options]", verb));
   opts.add_options()("help,h", "show this help")("state-dir", po::value(&state_dir),
                                                  "catalog location")(
-      "quiet,q", "accepted for symmetry with add")("names", po::value(&names), "dataset names");
+      "quiet,q", "accepted for symmetry with add")(
+      "json", "print one JSON object on stdout (errors: {\"error\": ...})")(
+      "names", po::value(&names), "dataset names");
   po::positional_options_description pos;
   pos.add("names", -1);
   po::variables_map vm;
@@ -118,6 +158,10 @@ int DatasetInspect(std::string_view verb, int argc, char** argv) {
   if (verb == "overlap") return ShowOverlap(c, names[0], names[1]);
   Status s = c.RemoveDataset(names[0]);
   if (!s.ok()) return Fail("rm", s);
+  if (JsonOutput()) {
+    PrintJson({{"removed", names[0]}});
+    return 0;
+  }
   fmt::print("removed \"{}\"\n", names[0]);
   return 0;
 }

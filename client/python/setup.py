@@ -5,7 +5,9 @@ installed package needs no environment variable:
 
 The library is $CARPOOL_LIB, else $CARPOOL_BUILD_DIR/client/libcarpool.so, else the source tree's
 build/client/libcarpool.so. Without one, the package is installed alone and looks for the library
-at run time (carpool/_ffi.py)."""
+at run time (carpool/_ffi.py). A wheel with the library is tagged py3-none-<this platform>
+(linux_x86_64: a local build, not audited for manylinux; scripts/wheel.sh makes the portable
+one); without it, py3-none-any."""
 
 import os
 import pathlib
@@ -36,4 +38,24 @@ class BuildPyWithLibrary(build_py):
                   "(CARPOOL_LIB, the build dir, the system library path)")
 
 
-setup(cmdclass={"build_py": BuildPyWithLibrary})
+cmdclass = {"build_py": BuildPyWithLibrary}
+try:
+    from wheel.bdist_wheel import bdist_wheel
+
+    class PlatformWheel(bdist_wheel):
+        """A bundled libcarpool.so is machine code: the wheel is not pure."""
+
+        def finalize_options(self):
+            if built_library().exists():  # platlib at the wheel's root, not .data/purelib
+                self.distribution.has_ext_modules = lambda: True
+            super().finalize_options()
+
+        def get_tag(self):
+            python, abi, plat = super().get_tag()
+            return (python, abi, plat) if self.root_is_pure else ("py3", "none", plat)
+
+    cmdclass["bdist_wheel"] = PlatformWheel
+except ImportError:  # no wheel package: pip builds no wheel to tag either
+    pass
+
+setup(cmdclass=cmdclass)

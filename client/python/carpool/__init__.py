@@ -6,13 +6,15 @@
         for images, labels in loader:  # torch tensors if torch is importable, else numpy
             ...
 
-Pure Python over libcarpool.so (ctypes), for any CPython >= 3.9. docs/python.md has the details.
+Pure Python over libcarpool.so (ctypes), for any CPython >= 3.9. carpool.datasets registers and
+derives datasets (through the `carpool` CLI). docs/python.md has the details.
 """
 
+from . import datasets
 from ._ffi import CarpoolError, library_path
 from .loader import Loader, server_stats, socket_path, state_dir
 from .server import Server, binary, cli
 
 __version__ = "0.1.0"
-__all__ = ["CarpoolError", "Loader", "Server", "binary", "cli", "library_path", "server_stats",
-           "socket_path", "state_dir"]
+__all__ = ["CarpoolError", "Loader", "Server", "binary", "cli", "datasets", "library_path",
+           "server_stats", "socket_path", "state_dir"]

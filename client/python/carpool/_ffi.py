@@ -3,10 +3,13 @@
 The library is looked up, first hit wins:
   1. $CARPOOL_LIB (a path to libcarpool.so);
   2. next to this package (what `pip install client/python` copies from the build), then the
-     portable bundle's lib/ (scripts/bundle.sh: python/carpool beside lib/);
+     package's lib/ (the platform wheel, scripts/wheel.sh), then the portable bundle's lib/
+     (scripts/bundle.sh: python/carpool beside lib/);
   3. the build folders of the source tree this package sits in: $CARPOOL_BUILD_DIR, then build/;
   4. the system's library path (ctypes.util.find_library("carpool")).
 """
+
+from __future__ import annotations
 
 import ctypes
 import ctypes.util
@@ -30,9 +33,10 @@ LAYOUTS = {1: "nhwc", 2: "nchw", 3: "raw"}
 
 class CarpoolError(RuntimeError):
     """A carpool call failed. `code` is the carpool::StatusCode value (8 = Unavailable: the server
-    is gone or silent), `code_name` its name; the message is the server's or the client's."""
+    is gone or silent), `code_name` its name; the message is the server's or the client's.
+    Arguments this package can check itself raise ValueError or TypeError instead."""
 
-    def __init__(self, message, code=9):
+    def __init__(self, message: str, code: int = 9) -> None:
         super().__init__(message)
         self.code = code
         self.code_name = STATUS_NAMES.get(code, str(code))
@@ -82,6 +86,7 @@ def _candidates():
         return  # an explicit choice is not second-guessed
     for name in ("libcarpool.so", "libcarpool.so.0"):
         yield _HERE / name
+    yield _HERE / "lib" / "libcarpool.so"
     yield _HERE.parents[1] / "lib" / "libcarpool.so"
     build_dirs = []
     if os.environ.get("CARPOOL_BUILD_DIR"):
@@ -156,7 +161,7 @@ def lib():
             "'cmake --build build --target carpool_c' or set CARPOOL_LIB to its path", 6)
 
 
-def library_path():
+def library_path() -> str:
     """The path of the loaded libcarpool.so."""
     return lib()._name
 

@@ -1,5 +1,7 @@
 """carpool.Loader: a training job's batches from the local carpool server, zero-copy."""
 
+from __future__ import annotations
+
 import atexit
 import ctypes
 import json
@@ -8,10 +10,11 @@ import pathlib
 import queue
 import threading
 import weakref
+from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _ffi
+from . import _args, _ffi
 from ._ffi import CarpoolError
 
 try:  # torch is optional: without it the loader yields numpy arrays
@@ -22,9 +25,13 @@ except ImportError:  # pragma: no cover - depends on the interpreter
 _NP_DTYPES = {1: np.uint8, 2: np.float16, 3: np.float32}
 
 
-def state_dir(state_dir=None):
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def state_dir(state_dir: Optional[PathLike] = None) -> pathlib.Path:
     """The server's state dir, resolved as `carpool` does (docs/catalog.md): the argument, else
     $CARPOOL_STATE_DIR, else $XDG_STATE_HOME/carpool, else ~/.local/state/carpool."""
+    state_dir = _args.optional_path("state_dir", state_dir)
     if state_dir:
         return pathlib.Path(state_dir)
     if os.environ.get("CARPOOL_STATE_DIR"):
@@ -34,9 +41,10 @@ def state_dir(state_dir=None):
     return pathlib.Path.home() / ".local" / "state" / "carpool"
 
 
-def socket_path(socket=None, state_dir_=None):
+def socket_path(socket: Optional[PathLike] = None, state_dir_: Optional[PathLike] = None) -> str:
     """`socket` if given, else <state dir>/carpool.sock."""
-    return str(socket) if socket else str(state_dir(state_dir_) / "carpool.sock")
+    socket = _args.optional_path("socket", socket)
+    return socket if socket else str(state_dir(state_dir_) / "carpool.sock")
 
 
 class _Client:
@@ -63,7 +71,8 @@ class _Client:
         self.close()
 
 
-def server_stats(socket=None, state_dir=None):
+def server_stats(socket: Optional[PathLike] = None,
+                 state_dir: Optional[PathLike] = None) -> Dict[str, Any]:
     """The server's statistics as a dict: jobs, cache, preparations, deliveries, sharing_ratio."""
     client = _Client(socket, state_dir)
     try:
@@ -123,7 +132,7 @@ class _CudaArray:
         }
 
 
-_LIVE_GPU_LOADERS = weakref.WeakSet()
+_LIVE_GPU_LOADERS: "weakref.WeakSet[Loader]" = weakref.WeakSet()
 
 
 @atexit.register
@@ -183,8 +192,8 @@ def _ddp_identity(dataset, rank, world_size, job_key, node=None, nodes=None):
         nodes = total // local if spans else 1
     if node is None:
         if spans and "GROUP_RANK" not in env:
-            raise CarpoolError(f"WORLD_SIZE {total} spans {nodes} nodes but GROUP_RANK (the node's "
-                               "rank) is not set; pass node= and nodes=", 1)
+            raise ValueError(f"WORLD_SIZE {total} spans {nodes} nodes but GROUP_RANK (the node's "
+                             "rank) is not set; pass node= and nodes=")
         node = int(env.get("GROUP_RANK", "0") or 0) if nodes > 1 else 0
     if world_size is None:
         world_size = local if spans else total
@@ -195,16 +204,18 @@ def _ddp_identity(dataset, rank, world_size, job_key, node=None, nodes=None):
             rank = int(env.get("LOCAL_RANK" if spans else "RANK", "0") or 0)
     world_size, rank, node, nodes = int(world_size), int(rank), int(node), int(nodes)
     if world_size < 1 or not 0 <= rank < world_size or nodes < 1 or not 0 <= node < nodes:
-        raise CarpoolError(f"rank {rank} of world_size {world_size}, node {node} of {nodes}: need "
-                           "0 <= rank < world_size and 0 <= node < nodes", 1)
+        raise ValueError(f"rank {rank} of world_size {world_size}, node {node} of {nodes}: need "
+                         "0 <= rank < world_size and 0 <= node < nodes; pass rank=, world_size=, "
+                         "node= and nodes= in range")
     if world_size == 1 and nodes == 1:
         return 0, 1, None, 0, 1
     if job_key is None:
         run = env.get("TORCHELASTIC_RUN_ID")
         master = f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
         if run is None and master == ":":
-            raise CarpoolError(f"world_size {world_size} needs a job_key shared by the job's "
-                               "ranks (none given, and no torchrun environment to derive one)", 1)
+            raise ValueError(f"world_size {world_size} needs a job_key shared by the job's ranks "
+                             "(none given, and no torchrun environment to derive one); pass "
+                             "job_key=\"<the same text on every rank>\"")
         # Every rank makes its loaders in the same order, so the n-th one names the same job.
         job_key = f"{run or 'none'}@{master}/{dataset}/{_DDP_LOADERS[0]}"
         _DDP_LOADERS[0] += 1
@@ -225,8 +236,11 @@ def _default_device(world_size, socket, state_dir):
     return device if int(local_rank) in served else "cpu"
 
 
-def _parse_device(device):
+def _parse_device(device: Any) -> int:
     """"cpu" -> -1, "cuda" -> 0, "cuda:N" / torch.device -> N; ValueError otherwise."""
+    if not isinstance(device, str) and not (torch is not None and isinstance(device, torch.device)):
+        raise TypeError(f"device must be a str or torch.device, got {device!r} "
+                        f"({type(device).__name__}); pass device=\"cpu\" or \"cuda:N\"")
     text = str(device)
     if text == "cpu":
         return -1
@@ -234,21 +248,26 @@ def _parse_device(device):
         return 0
     if text.startswith("cuda:") and text[5:].isdigit():
         return int(text[5:])
-    raise CarpoolError(f'device "{device}" is not "cpu" or "cuda:N"', 1)
+    raise ValueError(f'device "{device}" is not "cpu" or "cuda:N"; pass device="cpu" or '
+                     '"cuda:0" (or another GPU index)')
 
 
-def _position_bytes(state):
+def _position_bytes(state: Any) -> bytes:
     """The position bytes of a state_dict() (or the bytes themselves)."""
     if isinstance(state, (bytes, bytearray)):
         return bytes(state)
-    if isinstance(state, dict) and isinstance(state.get("carpool_position"), (bytes, bytearray)):
-        return bytes(state["carpool_position"])
-    raise CarpoolError(f"a loader state is the dict from Loader.state_dict() (with its "
-                       f"\"carpool_position\" bytes), not {type(state).__name__}", 1)
+    if not isinstance(state, dict):
+        raise TypeError(f"a loader state is the dict from Loader.state_dict() (with its "
+                        f"\"carpool_position\" bytes), not {type(state).__name__}; pass that dict")
+    if not isinstance(state.get("carpool_position"), (bytes, bytearray)):
+        raise ValueError(f"a loader state needs its \"carpool_position\" bytes, this dict has keys "
+                         f"{sorted(map(str, state))}; pass the dict Loader.state_dict() returned")
+    return bytes(state["carpool_position"])
 
 
-def describe_position(data):
+def describe_position(data: bytes) -> Dict[str, Any]:
     """The fields of position bytes (Loader.state_dict()["carpool_position"]) as a dict."""
+    data = _position_bytes(data)
     out = ctypes.c_void_p()
     _ffi.check(_ffi.lib().carpool_position_describe(data, len(data), ctypes.byref(out)))
     return json.loads(_ffi.take_string(out))
@@ -280,7 +299,9 @@ class Loader:
     loader.batch_index say where the current batch sits. loader.stats(): this job's statistics
     from the server (dict). Failures raise carpool.CarpoolError with the server's message, e.g.
     for an unknown dataset at construction; a server that dies fails the next step within
-    `timeout` seconds (code 8, Unavailable). close() (or `with`) ends the job at once.
+    `timeout` seconds (code 8, Unavailable), and a job the server fails (e.g. a sample its
+    transform cannot shape) fails the step with the server's reason. Bad arguments raise
+    ValueError or TypeError before the server is asked. close() (or `with`) ends the job at once.
 
     device: "cpu" (default) or "cuda:N" (needs torch with CUDA, and a server started with
     --gpus N). On a GPU the server builds the batch in its own device memory, mapped into this
@@ -299,50 +320,77 @@ class Loader:
     independent (ctypes drops the GIL while a step waits).
     """
 
-    def __init__(self, dataset, batch_size=32, epochs=1, transform="", device=None,
-                 drop_last=False, socket=None, state_dir=None, seed=0, prefetch=4,
-                 timeout=10.0, as_numpy=None, rank=None, world_size=None, job_key=None,
-                 node=None, nodes=None, state=None):
+    def __init__(self, dataset: str, batch_size: int = 32, epochs: int = 1,
+                 transform: Optional[str] = "", device: Any = None, drop_last: bool = False,
+                 socket: Optional[PathLike] = None, state_dir: Optional[PathLike] = None,
+                 seed: int = 0, prefetch: int = 4, timeout: float = 10.0,
+                 as_numpy: Optional[bool] = None, rank: Optional[int] = None,
+                 world_size: Optional[int] = None, job_key: Optional[str] = None,
+                 node: Optional[int] = None, nodes: Optional[int] = None,
+                 state: Optional[Union[Dict[str, Any], bytes]] = None) -> None:
+        # Set first: close() from __del__ must work whatever the checks below raise.
+        self._job: Optional[ctypes.c_void_p] = None
+        self._client: Optional[_Client] = None
+        self._current = None  # _BatchMemory of the batch handed out last
+        self._pending = None  # a batch of the next epoch, fetched while ending this one
+        self._releaser: Optional[_GpuReleaser] = None  # GPU: a thread that hands slots back once their work is done
+        self._finished = False
+        self._epoch_over = False  # the batch handed out last was its epoch's last
+        # Every argument is checked before the server is asked anything (ValueError, TypeError).
+        dataset = _args.text("dataset", dataset, allow_empty=False)
+        batch_size = _args.integer("batch_size", batch_size, 1, 2**32 - 1)
+        epochs = _args.integer("epochs", epochs, 1, 2**32 - 1)
+        prefetch = _args.integer("prefetch", prefetch, 1, 2**32 - 1)
+        transform = _args.text("transform", transform if transform is not None else "")
+        seed = _args.integer("seed", seed, 0, 2**64 - 1)
+        timeout = _args.number("timeout", timeout)
+        if timeout * 1000 > 2**32 - 1:
+            raise ValueError(f"timeout must be at most {(2**32 - 1) // 1000} s, got {timeout}")
+        socket, state_dir = _args.optional_path("socket", socket), \
+            _args.optional_path("state_dir", state_dir)
+        job_key = _args.optional_text("job_key", job_key)
+        for name, value in (("drop_last", drop_last), ("as_numpy", as_numpy)):
+            if value is not None and not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{name} must be True or False, got {value!r} "
+                                f"({type(value).__name__})")
+        rank, world_size, node, nodes = (
+            _args.integer(n, v) if v is not None else None
+            for n, v in (("rank", rank), ("world_size", world_size), ("node", node),
+                         ("nodes", nodes)))
+        resume = _position_bytes(state) if state is not None else None
+        if device is not None:
+            _parse_device(device)
         rank, world_size, job_key, node, nodes = _ddp_identity(dataset, rank, world_size, job_key,
                                                                node, nodes)
         if device is None:
             device = _default_device(world_size, socket, state_dir)
         device_index = _parse_device(device)
+        if device_index >= 0 and as_numpy:
+            raise ValueError(f'as_numpy=True cannot hold device "{device}" batches; pass '
+                             'as_numpy=False (torch CUDA tensors) or device="cpu"')
         if device_index >= 0 and (torch is None or not torch.cuda.is_available()):
             raise CarpoolError(
                 f'device "{device}" needs torch with CUDA in this process (torch '
                 f'{"missing" if torch is None else torch.__version__ + " sees no GPU"}); use '
                 'device="cpu"', 6)
-        if device_index >= 0 and as_numpy:
-            raise CarpoolError(f'as_numpy=True cannot hold device "{device}" batches', 1)
-        if batch_size < 1 or epochs < 1 or prefetch < 1:
-            raise CarpoolError(f"batch_size ({batch_size}), epochs ({epochs}) and prefetch "
-                               f"({prefetch}) must be >= 1", 1)
         self._lib = _ffi.lib()
         self._as_numpy = (torch is None) if as_numpy is None else bool(as_numpy)
         if not self._as_numpy and torch is None:
             raise CarpoolError("as_numpy=False needs torch, which is not importable", 6)
-        self._job = None
-        self._current = None  # _BatchMemory of the batch handed out last
-        self._pending = None  # a batch of the next epoch, fetched while ending this one
-        self._releaser = None  # GPU: a thread that hands slots back once their work is done
-        self._finished = False
-        self._epoch_over = False  # the batch handed out last was its epoch's last
         self._client = _Client(socket, state_dir)
         opts = _ffi.JobOptions(
-            dataset=str(dataset).encode(), batch_size=int(batch_size), epochs=int(epochs),
-            transform=(transform or "").encode(),
+            dataset=dataset.encode(), batch_size=batch_size, epochs=epochs,
+            transform=transform.encode(),
             device=("cpu" if device_index < 0 else f"cuda:{device_index}").encode(),
-            prefetch=int(prefetch),
-            drop_last=1 if drop_last else 0, seed=int(seed) & (2**64 - 1),
+            prefetch=prefetch, drop_last=1 if drop_last else 0, seed=seed,
             silence_timeout_ms=max(1, int(timeout * 1000)),
             job_key=(job_key or "").encode(), rank=rank, world_size=world_size, node=node,
             nodes=nodes)
         self._opts = opts
-        self._create_job(_position_bytes(state) if state is not None else None)
+        self._create_job(resume)
         info = self._info
-        self.dataset = str(dataset)
-        self.batch_size = int(batch_size)
+        self.dataset = dataset
+        self.batch_size = batch_size
         self.rank, self.world_size, self.job_key = rank, world_size, job_key
         self.node, self.nodes = node, nodes
         self.job_id = info.job_id
@@ -364,10 +412,10 @@ class Loader:
         self.ids = np.empty(0, dtype=np.uint32)
         self.skipped = 0
 
-    def __len__(self):
+    def __len__(self) -> int:
         return int(self._batches_per_epoch)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Tuple[Any, Any]]:
         if self._job is None:
             raise CarpoolError(f"loader for job {self.job_id} is closed", 6)
         return self._epoch()
@@ -504,7 +552,7 @@ class Loader:
             raise CarpoolError(f"server sent dtype {info.dtype}; this package knows 1..3", 9)
         self._info = info
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """The job's position, for a training checkpoint: the epoch in progress and the samples
         of it in every batch handed out so far (the current one included). A new Loader given it
         (Loader(..., state=sd), or load_state_dict(sd) before its first batch) receives exactly
@@ -521,7 +569,7 @@ class Loader:
         data = _ffi.take_bytes(out, n.value)
         return {"carpool_position": data, **describe_position(data)}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Union[Dict[str, Any], bytes]) -> None:
         """Moves this loader to a checkpoint's position (from state_dict()). Call it before the
         first batch: the server job is created again from the position."""
         resume = _position_bytes(state)
@@ -537,7 +585,7 @@ class Loader:
         self.job_id = self._info.job_id
         self.epoch = self._info.start_epoch
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         """This job's statistics from the server, as a dict (deliveries, rate, queue_depth...)."""
         if self._job is None:
             raise CarpoolError(f"loader for job {self.job_id} is closed", 6)
@@ -545,25 +593,29 @@ class Loader:
         _ffi.check(self._lib.carpool_job_stats(self._job, ctypes.byref(out)))
         return json.loads(_ffi.take_string(out))
 
-    def server_stats(self):
+    def server_stats(self) -> Dict[str, Any]:
         """The server's statistics (all jobs, cache, preparations, deliveries, sharing_ratio)."""
+        if self._client is None or self._client.handle is None:
+            raise CarpoolError(f"loader for job {self.job_id} is closed", 6)
         return self._client.stats()
 
-    def close(self):
+    def close(self) -> None:
         """Ends the job now (the server removes it and frees its slots). Idempotent. Views handed
         out earlier stay mapped, so reading them does not fault, but their contents are void."""
         self._release_current()
-        if getattr(self, "_releaser", None) is not None:
-            self._releaser.close()  # waits for the GPU work on the batches still held
+        releaser = getattr(self, "_releaser", None)
+        if releaser is not None:
+            releaser.close()  # waits for the GPU work on the batches still held
             self._releaser = None
         self._pending = None
         if getattr(self, "_job", None) is not None:
             self._lib.carpool_job_free(self._job)
             self._job = None
-        if getattr(self, "_client", None) is not None:
-            self._client.close()
+        client = getattr(self, "_client", None)
+        if client is not None:
+            client.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Loader":
         return self
 
     def __exit__(self, *exc):

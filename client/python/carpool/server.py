@@ -1,6 +1,9 @@
 """Running the `carpool` binary from Python: a throwaway server for an experiment or a test, and
-the dataset CLI. The binary is $CARPOOL_BIN, else the source tree's build ($CARPOOL_BUILD_DIR,
-then build/), else `carpool` on PATH."""
+the dataset CLI. The binary is $CARPOOL_BIN, else the one inside the package (the platform wheel,
+scripts/wheel.sh), else the source tree's build ($CARPOOL_BUILD_DIR, then build/), else `carpool`
+on PATH."""
+
+from __future__ import annotations
 
 import ctypes
 import os
@@ -12,17 +15,27 @@ import sys
 import threading
 import time
 import weakref
+from typing import Any, List, Optional, Union
 
-from . import _ffi
+from . import _args, _ffi
 from ._ffi import CarpoolError
 
 
-def binary():
+def bundled_binary() -> Optional[str]:
+    """The `carpool` executable inside the package (a platform wheel's), or None."""
+    p = _ffi._HERE / "bin" / "carpool"
+    return str(p) if os.access(p, os.X_OK) else None
+
+
+def binary() -> str:
     """The path of the `carpool` executable; raises CarpoolError naming where it looked."""
     env = os.environ.get("CARPOOL_BIN")
     if env:
         return env
     tried = []
+    own = bundled_binary()
+    if own is not None:
+        return own
     dirs = [os.environ["CARPOOL_BUILD_DIR"]] if os.environ.get("CARPOOL_BUILD_DIR") else []
     dirs.append(str(_ffi._SOURCE_ROOT / "build"))
     for d in dirs:
@@ -38,19 +51,36 @@ def binary():
                        "CARPOOL_BIN", 6)
 
 
-def cli(*args, state_dir=None, check=True):
+def _argv(args: Any) -> List[str]:
+    """Command-line words: str, os.PathLike and numbers; anything else is a TypeError (a list or
+    None str()-ed into one word is never what was meant)."""
+    out = []
+    for i, a in enumerate(args):
+        if isinstance(a, os.PathLike):
+            a = os.fspath(a)
+        if isinstance(a, bool) or not isinstance(a, (str, int, float)):
+            raise TypeError(f"cli argument {i} is {a!r} ({type(a).__name__}); pass each word as "
+                            "a str, a path or a number")
+        out.append(_args.text(f"cli argument {i}", str(a)))
+    return out
+
+
+def cli(*args: Any, state_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+        check: bool = True) -> str:
     """Runs `carpool ARGS... [--state-dir D]` and returns its stdout. A failure raises
     CarpoolError with the command's own error line (stderr)."""
-    cmd = [binary(), *map(str, args)]
+    words = _argv(args)
+    state_dir = _args.optional_path("state_dir", state_dir)
+    cmd = [binary(), *words]
     if state_dir is not None:
-        cmd += ["--state-dir", str(state_dir)]
+        cmd += ["--state-dir", state_dir]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if check and r.returncode != 0:
         raise CarpoolError(f"'{' '.join(cmd)}' failed ({r.returncode}): {r.stderr.strip()}", 4)
     return r.stdout
 
 
-_SETPRIV = []  # [] until looked up, then [argv prefix] (empty when unavailable)
+_SETPRIV: List[List[str]] = []  # [] until looked up, then [argv prefix] (empty when unavailable)
 
 
 def _death_signal_prefix():
@@ -101,16 +131,27 @@ class Server:
     signal when the *thread* that started the child ends, so from another thread it would stop
     the server as soon as that thread returned, and it is not asked for there."""
 
-    def __init__(self, state_dir, log=None, grace=10.0, **flags):
-        self.state_dir = pathlib.Path(state_dir)
+    def __init__(self, state_dir: Union[str, "os.PathLike[str]"],
+                 log: Optional[Union[str, "os.PathLike[str]"]] = None, grace: float = 10.0,
+                 **flags: Any) -> None:
+        self.state_dir = pathlib.Path(_args.path("state_dir", state_dir))
+        log = _args.optional_path("log", log)
+        grace = _args.number("grace", grace, positive=False)
+        if grace < 0:
+            raise ValueError(f"grace must be >= 0 seconds, got {grace}; pass e.g. grace=10")
+        for k, v in flags.items():  # each becomes --k v: one word, so no lists or dicts
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (str, int, float))):
+                raise TypeError(f"server flag {k}={v!r} ({type(v).__name__}) is not one word; "
+                                f"pass a str or a number, e.g. {k}=\"...\"")
         self.socket = str(self.state_dir / "carpool.sock")
         self.flags = flags
         self.log = log
         self.grace = grace
-        self.proc = None
-        self._finalizer = None
+        self.proc: Optional[subprocess.Popen] = None
+        self._finalizer: Optional[weakref.finalize] = None
 
-    def start(self, timeout=30.0):
+    def start(self, timeout: float = 30.0) -> "Server":
+        timeout = _args.number("timeout", timeout)
         if self.proc is not None:
             if self.proc.poll() is None:
                 raise CarpoolError(f"carpool server on {self.socket} is already running", 6)
@@ -123,7 +164,7 @@ class Server:
                 cmd += ["--" + k.replace("_", "-"), str(v)]
         main_thread = threading.current_thread() is threading.main_thread()
         prefix = _death_signal_prefix() if main_thread else []
-        out = open(self.log, "ab") if self.log else subprocess.DEVNULL
+        out: Any = open(self.log, "ab") if self.log else subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen(prefix + cmd, stdout=out, stderr=subprocess.STDOUT)
         finally:
@@ -155,16 +196,17 @@ class Server:
                                    f"{timeout:.0f} s", 8)
             time.sleep(0.05)
 
-    def stop(self):
+    def stop(self) -> Optional[int]:
         """Stops the server; returns its exit code (None if it was not running)."""
         if self.proc is None:
             return None
         code = _stop_process(self.proc, self.grace)
-        self._finalizer.detach()
+        if self._finalizer is not None:
+            self._finalizer.detach()
         self.proc = self._finalizer = None
         return code
 
-    def __enter__(self):
+    def __enter__(self) -> "Server":
         return self.start()
 
     def __exit__(self, *exc):

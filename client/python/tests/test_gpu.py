@@ -183,7 +183,7 @@ class GpuPathTest(unittest.TestCase):
             self.loader(batch_size=8, device="cuda:7")
         self.assertIn('device "cuda:7" is not served by this server', str(e.exception))
         self.assertIn("cuda:0", str(e.exception))
-        with self.assertRaises(carpool.CarpoolError):
+        with self.assertRaises(ValueError):
             self.loader(batch_size=8, device="tpu:0")
 
     def test_kill_9_of_a_job_leaks_no_device_memory(self):

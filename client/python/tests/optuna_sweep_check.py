@@ -1,0 +1,76 @@
+#!/usr/bin/python3
+"""CI check of examples/optuna_sweep.py, tiny (ctest: carpool_optuna_sweep_test). Two runs:
+  1. 2 trials in 2 processes, to the end: a best trial, the server's sharing ratio, and the
+     sweep's datasets removed afterwards;
+  2. 2 trials that a threshold pruner stops after their first epoch: each pruned trial's job is
+     gone from the server right after its Loader's with-block;
+  3. 1 trial without the Fashion-MNIST files: synthetic IDX data, said so.
+Exit 0 when both hold, 1 otherwise, 77 (skipped) when optuna or torch is not importable."""
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+SWEEP = ROOT / "examples" / "optuna_sweep.py"
+TINY = ["--trials", "2", "--parallel", "2", "--train-samples", "1200", "--test-samples", "1000",
+        "--batch-size", "100"]
+
+
+def run(*args, env=None):
+    r = subprocess.run([sys.executable, str(SWEEP), *TINY, *args], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=500, env=env)
+    print(f"$ optuna_sweep.py {' '.join(TINY + list(args))}\n{r.stdout}", flush=True)
+    if r.returncode != 0:
+        raise AssertionError(f"optuna_sweep.py exited with {r.returncode}")
+    return r.stdout
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def main():
+    try:
+        import optuna  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as e:
+        print(f"SKIP: {e}; install python3-optuna and python3-torch (scripts/setup.sh)")
+        return 77
+    with tempfile.TemporaryDirectory(prefix="carpool-optuna-check-") as tmp:
+        out = run("--epochs", "1", "--state-dir", tmp, "--prefix", "ci-sweep-")
+        check("2 trials in" in out and "2 complete" in out, "both trials complete")
+        check(re.search(r"best trial: #\d accuracy 0\.\d+ classes \S+ lr \S+", out),
+              "a best trial line")
+        m = re.search(r"sharing ratio (\d+\.\d+)", out)
+        check(m and float(m.group(1)) >= 1.0, "the server's sharing ratio, >= 1")
+        check("removed the sweep's" in out, "the sweep removed its datasets")
+        left = subprocess.run([sys.executable, str(SWEEP), "--remove", "ci-sweep-",
+                               "--state-dir", tmp], stdout=subprocess.PIPE, text=True, check=True)
+        check("removed: []" in left.stdout, f"no ci-sweep- dataset left: {left.stdout}")
+    out = run("--epochs", "3", "--prune-below", "1.01")
+    pruned = [json.loads(ln) for ln in out.splitlines() if ln.startswith('{"trial"')]
+    check(len(pruned) == 2 and "2 pruned" in out, "both trials pruned")
+    for p in pruned:
+        check(p["pruned_after_epoch"] == 0, f"pruned after the first epoch: {p}")
+        check(p["job"] not in p["server_jobs_after_close"], f"the pruned job left the server: {p}")
+    check("best trial: none completed" in out, "no best trial when all are pruned")
+    with tempfile.TemporaryDirectory(prefix="carpool-optuna-nofm-") as empty:
+        out = run("--trials", "1", "--parallel", "1", "--epochs", "1",
+                  env=dict(os.environ, CARPOOL_FMNIST_DIR=empty))
+    check("using synthetic IDX data" in out and "1 complete" in out, "a synthetic-data sweep")
+    print("optuna sweep check: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except AssertionError as e:
+        print(f"optuna sweep check FAILED: {e}")
+        sys.exit(1)

@@ -1,0 +1,293 @@
+#!/usr/bin/python3
+"""A hyperparameter sweep with Optuna whose trials share one carpool server.
+
+Each trial trains the small Fashion-MNIST CNN of scripts/fmnist_train.py on a subset of the
+classes (a hyperparameter, served as a dataset derived with carpool.datasets.derive) at a
+learning rate (the other one), and reports its accuracy on the test images of those classes
+after every epoch. `--parallel` worker processes run the `--trials` trials of one study at once,
+through an Optuna journal file, so concurrent trials read overlapping datasets from one server
+and its cache (10% of the prepared set) prepares each sample once for several of them.
+
+    examples/optuna_sweep.py [--trials 8] [--parallel 4] [--epochs 2] [--train-samples N]
+
+A subset's dataset is named by a hash of (base dataset, classes), prefixed with --prefix: two
+trials asking for the same subset get the same dataset, and a second derive of it is a no-op.
+`--remove PREFIX` removes every dataset with that prefix; a sweep removes its own at the end
+unless --keep-datasets. Without the real Fashion-MNIST files (package dataset-fashion-mnist, or
+$CARPOOL_FMNIST_DIR) it writes synthetic IDX files of the same shapes and says so.
+docs/python.md, "Hyperparameter sweeps with Optuna"."""
+
+import argparse
+import hashlib
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent / "client" / "python"), str(HERE.parent / "scripts")]
+
+import numpy as np  # noqa: E402
+import optuna  # noqa: E402
+import torch  # noqa: E402
+
+import bench_cache  # noqa: E402 (scripts/: the cache as a fraction of the prepared set)
+import carpool  # noqa: E402
+import carpool.datasets as cds  # noqa: E402
+import fmnist_train as ft  # noqa: E402 (scripts/: the model, one epoch of SGD, test accuracy)
+from carpool.idx import read_idx, write_idx  # noqa: E402
+
+# The class subsets a trial may pick; they overlap, so concurrent trials share samples.
+SUBSETS = {"all": list(range(10)), "tops": [0, 2, 3, 4, 6], "footwear-bags": [5, 7, 8, 9],
+           "first-half": [0, 1, 2, 3, 4]}
+SAMPLE_BYTES = 28 * 28  # a prepared Fashion-MNIST sample: raw,channels=1
+CACHE_FRACTION = 0.1
+
+
+def subset_name(prefix, base, classes):
+    """The dataset of `classes` of `base`: the same name for the same subset, in any process."""
+    digest = hashlib.sha256(f"{base}:{','.join(map(str, sorted(classes)))}".encode()).hexdigest()
+    return f"{prefix}{digest[:12]}"
+
+
+def derive_subset(prefix, base, classes, state_dir):
+    """Derives the subset's dataset unless it exists; a trial racing another for it is fine."""
+    name = subset_name(prefix, base, classes)
+    try:
+        cds.derive(name, base, classes=sorted(classes), state_dir=state_dir)
+    except carpool.CarpoolError as e:
+        if e.code_name != "AlreadyExists":  # exists: same name, so same base and classes
+            raise
+    return name
+
+
+def remove_prefixed(prefix, state_dir):
+    """Removes every dataset whose name starts with `prefix`; returns their names."""
+    names = [d["name"] for d in cds.list(state_dir=state_dir) if d["name"].startswith(prefix)]
+    for name in names:
+        cds.remove(name, missing_ok=True, state_dir=state_dir)
+    return names
+
+
+def fmnist_files(work):
+    """The four IDX files: the real ones, else synthetic ones of the same shapes in `work`."""
+    real = ft.FMNIST
+    names = [f"{s}-{k}-idx{d}-ubyte.gz" for s in ("train", "t10k")
+             for k, d in (("images", 3), ("labels", 1))]
+    if all((real / n).exists() for n in names):
+        return real, False
+    rng = np.random.default_rng(0)
+    # One pattern per class, the same in both splits, plus noise: learnable, so that the
+    # accuracies mean something.
+    pattern = rng.integers(0, 256, (10, 28, 28)).astype(np.int16)
+    for split, n in (("train", 60000), ("t10k", 10000)):
+        labels = rng.integers(0, 10, n, dtype=np.uint8)
+        images = np.empty((n, 28, 28), np.uint8)
+        for i in range(0, n, 10000):  # in chunks: the noise of all 60,000 at once is 94 MB
+            noise = rng.integers(-96, 97, (min(10000, n - i), 28, 28), dtype=np.int16)
+            images[i:i + 10000] = np.clip(pattern[labels[i:i + 10000]] + noise, 0, 255)
+        write_idx(work / f"{split}-images-idx3-ubyte.gz", images)
+        write_idx(work / f"{split}-labels-idx1-ubyte.gz", labels)
+    return work, True
+
+
+def objective(trial, args, test):
+    classes = SUBSETS[trial.suggest_categorical("classes", sorted(SUBSETS))]
+    lr = trial.suggest_float("lr", 0.005, 0.2, log=True)
+    name = derive_subset(args.prefix, args.base, classes, args.state_dir)
+    keep = np.isin(test[1], classes)
+    test_split = (test[0][keep], test[1][keep])
+    model = ft.make_model(trial.number)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    # Leaving the with-block, pruned or not, closes the Loader: the server drops the job at once.
+    with carpool.Loader(name, batch_size=args.batch_size, epochs=args.epochs,
+                        transform=ft.TRANSFORM, socket=args.socket, seed=trial.number) as loader:
+        job = loader.job_id
+        for epoch in range(loader.epochs):
+            ft.train_epoch(model, opt, loader)
+            accuracy = ft.test_accuracy(model, test_split)
+            trial.report(accuracy, epoch)
+            if trial.should_prune():
+                pruned_at = epoch
+                break
+        else:
+            return accuracy
+    print(json.dumps({"trial": trial.number, "pruned_after_epoch": pruned_at,
+                      "accuracy": accuracy, "job": job,
+                      "server_jobs_after_close": jobs_after_close(args.socket, job)}),
+          flush=True)
+    raise optuna.TrialPruned()
+
+
+def jobs_after_close(socket, job, wait=5.0):
+    """The server's job ids once `job` is gone (it notices the closed connection within a moment),
+    or after `wait` seconds with `job` still listed."""
+    deadline = time.monotonic() + wait
+    while True:
+        jobs = [j["id"] for j in carpool.server_stats(socket=socket)["jobs"]]
+        if job not in jobs or time.monotonic() > deadline:
+            return jobs
+        time.sleep(0.05)
+
+
+def storage(journal):
+    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # journal: 3.1 beta
+    return optuna.storages.JournalStorage(optuna.storages.JournalFileStorage(str(journal)))
+
+
+def pruner(args):
+    if args.prune_below is not None:  # every trial below this accuracy after an epoch stops
+        return optuna.pruners.ThresholdPruner(lower=args.prune_below)
+    return optuna.pruners.MedianPruner(n_startup_trials=2)
+
+
+def run_worker(args):
+    """One process of the sweep: --worker-trials trials of the shared study."""
+    torch.set_num_threads(1)  # the trials share the cores with each other and the server
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(study_name=args.study, storage=storage(args.journal),
+                              sampler=optuna.samplers.TPESampler(seed=args.worker_seed),
+                              pruner=pruner(args))
+    test = read_idx(args.data / "t10k-images-idx3-ubyte.gz")[:args.test_samples], \
+        read_idx(args.data / "t10k-labels-idx1-ubyte.gz")[:args.test_samples].astype(np.int64)
+    study.optimize(lambda t: objective(t, args, test), n_trials=args.worker_trials)
+
+
+def register_base(args, data):
+    """The sweep's base dataset: Fashion-MNIST train, or its first --train-samples records."""
+    fm = cds.add("fmnist", idx=(data / "train-images-idx3-ubyte.gz",
+                                data / "train-labels-idx1-ubyte.gz"), state_dir=args.state_dir) \
+        if "fmnist" not in {d["name"] for d in cds.list(state_dir=args.state_dir)} \
+        else cds.info("fmnist", state_dir=args.state_dir)
+    if not args.train_samples:
+        return "fmnist", fm["samples"]
+    lo = fm["ids"][0]
+    name = f"{args.prefix}train-{args.train_samples}"
+    cds.derive(name, "fmnist", ids=(lo, lo + args.train_samples), replace=True,
+               state_dir=args.state_dir)
+    return name, args.train_samples
+
+
+def worker_argv(args, trials, seed):
+    argv = [sys.executable, __file__, "--worker", "--journal", str(args.journal), "--study",
+            args.study, "--socket", args.socket, "--state-dir", str(args.state_dir), "--base",
+            args.base, "--data", str(args.data), "--worker-trials", str(trials),
+            "--worker-seed", str(seed), "--prefix", args.prefix]
+    for flag in ("epochs", "batch_size", "test_samples", "prune_below"):
+        if getattr(args, flag) is not None:
+            argv += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
+    return argv
+
+
+def run_sweep(args, work):
+    data, synthetic = fmnist_files(work)
+    if synthetic:
+        print(f"Fashion-MNIST not found in {ft.FMNIST}: using synthetic IDX data of the same "
+              f"shapes in {data} (install dataset-fashion-mnist for the real one)")
+    args.data = data
+    args.base, samples = register_base(args, data)
+    cache = bench_cache.choose("optuna_sweep.py", bench_cache.prepared_set(samples, SAMPLE_BYTES),
+                               [CACHE_FRACTION], None)[0]
+    print(f"base dataset {args.base}: {samples} samples; {cache['description']}")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # this script prints the summary
+    with carpool.Server(args.state_dir, log=str(work / "server.log"),
+                        cache_size=cache["cache_size"]) as server:
+        args.socket = server.socket
+        optuna.create_study(study_name=args.study, storage=storage(args.journal),
+                            direction="maximize")
+        shares = [args.trials // args.parallel + (i < args.trials % args.parallel)
+                  for i in range(args.parallel)]
+        t0 = time.monotonic()
+        procs = [subprocess.Popen(worker_argv(args, n, args.seed + i))
+                 for i, n in enumerate(shares) if n > 0]
+        failed = [p.args for p in procs if p.wait() != 0]
+        if failed:
+            raise SystemExit(f"optuna_sweep.py: {len(failed)} worker(s) failed (output above)")
+        stats = carpool.server_stats(socket=server.socket)
+    report(optuna.load_study(study_name=args.study, storage=storage(args.journal)), stats,
+           time.monotonic() - t0)
+
+
+def report(study, stats, seconds):
+    states = [t.state.name for t in study.trials]
+    print(f"{len(states)} trials in {seconds:.1f} s: {states.count('COMPLETE')} complete, "
+          f"{states.count('PRUNED')} pruned")
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if done:
+        best = study.best_trial
+        print(f"best trial: #{best.number} accuracy {best.value:.4f} classes "
+              f"{best.params['classes']} lr {best.params['lr']:.4g}")
+    else:
+        print("best trial: none completed")
+    print(f"server: {stats['deliveries']} deliveries, {stats['preparations']} preparations, "
+          f"sharing ratio {stats['sharing_ratio']:.2f} (deliveries per preparation)")
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--parallel", type=int, default=4, help="worker processes, one study")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--train-samples", type=int, default=0,
+                    help="train on the first N records of the train set (default: all 60,000)")
+    ap.add_argument("--test-samples", type=int, default=10000)
+    ap.add_argument("--prune-below", type=float, help="prune a trial whose accuracy after an "
+                    "epoch is below this (default: Optuna's median pruner)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--state-dir", type=pathlib.Path,
+                    help="the catalog and the server's socket (default: a temporary dir)")
+    ap.add_argument("--prefix", help="name prefix of the sweep's datasets (default sweep-<time>-)")
+    ap.add_argument("--keep-datasets", action="store_true")
+    ap.add_argument("--remove", metavar="PREFIX", help="remove the datasets named PREFIX... "
+                    "in --state-dir, then exit")
+    for hidden in ("--worker-trials", "--worker-seed"):
+        ap.add_argument(hidden, type=int, help=argparse.SUPPRESS)
+    for hidden in ("--journal", "--study", "--socket", "--base", "--data"):
+        ap.add_argument(hidden, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.trials < 1 or args.parallel < 1 or args.epochs < 1:
+        ap.error("--trials, --parallel and --epochs must be >= 1")
+    return args
+
+
+def run(args):
+    if args.worker:
+        args.data, args.journal = pathlib.Path(args.data), pathlib.Path(args.journal)
+        return run_worker(args)
+    if args.remove:
+        if args.state_dir is None:
+            raise SystemExit("optuna_sweep.py: --remove needs the --state-dir of the sweep")
+        print(f"removed: {remove_prefixed(args.remove, args.state_dir)}")
+        return None
+    args.prefix = args.prefix or f"sweep-{int(time.time())}-"
+    with tempfile.TemporaryDirectory(prefix="carpool-optuna-") as tmp:
+        work = pathlib.Path(tmp)
+        args.state_dir = args.state_dir or work / "state"
+        args.journal, args.study = work / "journal.log", "carpool-sweep"
+        try:
+            run_sweep(args, work)
+        finally:
+            if not args.keep_datasets:
+                removed = remove_prefixed(args.prefix, args.state_dir)
+                print(f"removed the sweep's {len(removed)} datasets ({args.prefix}*)")
+    return None
+
+
+def main():
+    args = parse_args()
+    try:
+        run(args)
+    except carpool.CarpoolError as e:  # the server's or the CLI's message, without a traceback
+        print(f"optuna_sweep.py: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
