@@ -32,19 +32,19 @@ Status CheckFrameFds(MessageType type, size_t fds) {
       MessageTypeName(type), fds));
 }
 
-ssize_t SendWithFd(int socket, const void* data, size_t bytes, int fd) {
+ssize_t SendWithFds(int socket, const void* data, size_t bytes, std::span<const int> fds) {
   iovec iov{const_cast<void*>(data), bytes};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  std::vector<char> control(CMSG_SPACE(fds.size_bytes()));  // new[] aligns it for cmsghdr
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  c->cmsg_len = CMSG_LEN(fds.size_bytes());
+  std::memcpy(CMSG_DATA(c), fds.data(), fds.size_bytes());
   return ::sendmsg(socket, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 

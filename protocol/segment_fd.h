@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -26,9 +27,10 @@ inline constexpr bool CarriesFd(MessageType type) { return type == MessageType::
 // A frame of `type` arrived with `fds` descriptors: OK, or Corruption naming both.
 Status CheckFrameFds(MessageType type, size_t fds);
 
-// As send(2) with MSG_NOSIGNAL | MSG_DONTWAIT, with `fd` attached to the first byte sent. -1 and
-// errno on failure (EAGAIN: nothing was sent, the fd neither). The caller keeps its own `fd`.
-ssize_t SendWithFd(int socket, const void* data, size_t bytes, int fd);
+// As send(2) with MSG_NOSIGNAL | MSG_DONTWAIT, with `fds` attached to the first byte sent (the
+// server attaches one). -1 and errno on failure (EAGAIN: nothing was sent, the fds neither). The
+// caller keeps its own descriptors.
+ssize_t SendWithFds(int socket, const void* data, size_t bytes, std::span<const int> fds);
 
 // As recv(2), and the descriptors that came with the bytes read appended to `fds` (close-on-exec).
 // A stream socket drops the descriptors of bytes read by a plain recv(2), so a side that may be

@@ -51,7 +51,8 @@ TEST(SegmentFdTest, TheFdArrivesWithTheFirstByteOfTheFrame) {
   UniqueFd segment = Memfd(4096);
   const char before[] = "abc", frame[] = "frame", after[] = "xyz";
   ASSERT_EQ(::send(s.a.get(), before, 3, 0), 3);
-  ASSERT_EQ(SendWithFd(s.a.get(), frame, 5, segment.get()), 5);
+  const int fd = segment.get();
+  ASSERT_EQ(SendWithFds(s.a.get(), frame, 5, {&fd, 1}), 5);
   ASSERT_EQ(::send(s.a.get(), after, 3, 0), 3);
 
   std::vector<UniqueFd> fds;
@@ -71,7 +72,8 @@ TEST(SegmentFdTest, TheFdArrivesWithTheFirstByteOfTheFrame) {
 TEST(SegmentFdTest, APlainRecvDropsTheFd) {
   SocketPair s;
   UniqueFd segment = Memfd(4096);
-  ASSERT_EQ(SendWithFd(s.a.get(), "x", 1, segment.get()), 1);
+  const int fd = segment.get();
+  ASSERT_EQ(SendWithFds(s.a.get(), "x", 1, {&fd, 1}), 1);
   ASSERT_EQ(::send(s.a.get(), "y", 1, 0), 1);
   char c;
   ASSERT_EQ(::recv(s.b.get(), &c, 1, 0), 1);
@@ -86,19 +88,7 @@ TEST(SegmentFdTest, TooManyFdsAreAnErrorNotATruncation) {
   for (int i = 0; i < 6; ++i) many.push_back(Memfd(64));
   int raw[6];
   for (int i = 0; i < 6; ++i) raw[i] = many[i].get();
-  iovec iov{const_cast<char*>("z"), 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(raw))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(raw));
-  std::memcpy(CMSG_DATA(c), raw, sizeof(raw));
-  ASSERT_EQ(::sendmsg(s.a.get(), &msg, 0), 1);
+  ASSERT_EQ(SendWithFds(s.a.get(), "z", 1, raw), 1);
   std::vector<UniqueFd> fds;
   char b;
   EXPECT_EQ(RecvWithFds(s.b.get(), &b, 1, fds), -1);

@@ -281,9 +281,9 @@ void Session::WriteNext() {
 
 void Session::WriteWithFd() {
   Outgoing& out = outbox_.front();
-  const ssize_t n =
-      protocol::SendWithFd(socket_.native_handle(), out.frame.data(), out.frame.size(),
-                           out.fd.get());
+  const int fd = out.fd.get();
+  const ssize_t n = protocol::SendWithFds(socket_.native_handle(), out.frame.data(),
+                                          out.frame.size(), {&fd, 1});
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
     socket_.async_wait(asio::socket_base::wait_write,
                        [self = shared_from_this()](const boost::system::error_code& ec) {

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -246,35 +247,50 @@ void ExpectRefused(const CliResult& r, const std::string& what) {
   EXPECT_NE(r.err.find("--group"), std::string::npos) << what << ": " << r.err;
 }
 
-TEST(E2eAccessTest, AnotherUserReachesTheServerOnlyThroughItsGroup) {
-  if (::geteuid() != 0) {
-    GTEST_SKIP() << "not run: needs root to create a test user and group (useradd, groupadd, "
-                    "setpriv); CI runs it as root";
+// Root only (else skipped): a log folder everyone may read, and test accounts with a carpool
+// binary they can run. The accounts outlive each test's servers, which must not run under them.
+class E2eAccessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) {
+      GTEST_SKIP() << "not run: needs root to create test users and a group (useradd, groupadd, "
+                      "setpriv); CI runs it as root";
+    }
+    fs::permissions(logs_.path(), fs::perms(0755));
   }
-  TempDirForTest logs;
-  fs::permissions(logs.path(), fs::perms(0755));
-  TestAccounts accounts(logs.path(), 1);  // outlives the servers below, which must not run under it
-  ASSERT_NO_FATAL_FAILURE(accounts.Create());
-  const std::string bin = BinaryForUser(accounts, logs.path());
-  ASSERT_FALSE(::testing::Test::HasFailure());
+  void CreateAccounts(int users) {
+    accounts_ = std::make_unique<TestAccounts>(logs_.path(), users);
+    ASSERT_NO_FATAL_FAILURE(accounts_->Create());
+    bin_ = BinaryForUser(*accounts_, logs_.path());
+    ASSERT_FALSE(HasFailure());
+  }
+
+  TempDirForTest logs_;
+  std::unique_ptr<TestAccounts> accounts_;
+  std::string bin_;
+};
+
+TEST_F(E2eAccessTest, AnotherUserReachesTheServerOnlyThroughItsGroup) {
+  ASSERT_NO_FATAL_FAILURE(CreateAccounts(1));
 
   // The default: owner only. The user, though in a group, is refused at once.
   E2eEnv closed;
   ASSERT_NO_FATAL_FAILURE(StartServerOnImages(closed, {}));
   ExpectAccess(closed, 0600, ::getegid());
-  ExpectRefused(RunFor(accounts.AsUser(ConsumeArgs(bin, closed, 0), true), logs.path(), "closed"),
-                "a user of the group against the 0600 server");
-  std::printf("refused by the 0600 server: %s", Slurp(logs.path() / "closed.err").c_str());
+  ExpectRefused(
+      RunFor(accounts_->AsUser(ConsumeArgs(bin_, closed, 0), true), logs_.path(), "closed"),
+      "a user of the group against the 0600 server");
+  std::printf("refused by the 0600 server: %s", Slurp(logs_.path() / "closed.err").c_str());
 
   // --group G: 0660 and group G for the socket only. The job's batch segment is a memfd that the
   // server holds at 0600 and sends to the job's process alone: nothing of it in /dev/shm.
   E2eEnv shared;
-  ASSERT_NO_FATAL_FAILURE(StartServerOnImages(shared, {"--group", accounts.group()}));
-  ExpectAccess(shared, 0660, accounts.gid());
+  ASSERT_NO_FATAL_FAILURE(StartServerOnImages(shared, {"--group", accounts_->group()}));
+  ExpectAccess(shared, 0660, accounts_->gid());
   EXPECT_EQ(shared.ServerLog().find("does not let them in"), std::string::npos)
       << shared.ServerLog();
-  const pid_t job = SpawnProcess(accounts.AsUser(ConsumeArgs(bin, shared, 50), true),
-                                 logs.path() / "member.out", logs.path() / "member.err");
+  const pid_t job = SpawnProcess(accounts_->AsUser(ConsumeArgs(bin_, shared, 50), true),
+                                 logs_.path() / "member.out", logs_.path() / "member.err");
   std::optional<struct stat> batch_segment;  // stat while the job runs: closed with the job
   std::vector<std::string> named;            // batch segments seen in /dev/shm: none, ever
   const auto deadline = std::chrono::steady_clock::now() + kNoHang;
@@ -294,8 +310,8 @@ TEST(E2eAccessTest, AnotherUserReachesTheServerOnlyThroughItsGroup) {
   }
   if (reaped == 0) reaped = ::waitpid(job, &status, 0);
   EXPECT_EQ(reaped, job);
-  const std::string member_out = Slurp(logs.path() / "member.out");
-  const std::string member_err = Slurp(logs.path() / "member.err");
+  const std::string member_out = Slurp(logs_.path() / "member.out");
+  const std::string member_err = Slurp(logs_.path() / "member.err");
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << member_err;
   EXPECT_EQ(JsonNumber(member_out, "batches"), 10) << member_out;
   EXPECT_EQ(JsonNumber(member_out, "samples"), 80) << member_out;
@@ -304,28 +320,30 @@ TEST(E2eAccessTest, AnotherUserReachesTheServerOnlyThroughItsGroup) {
   ASSERT_TRUE(batch_segment.has_value()) << "never saw the server hold the job's batch segment";
   EXPECT_EQ(batch_segment->st_mode & 0777, 0600u);
   EXPECT_EQ(batch_segment->st_uid, 0u);
-  std::printf("served by the --group %s server: %s", accounts.group().c_str(), member_out.c_str());
+  std::printf("served by the --group %s server: %s", accounts_->group().c_str(),
+              member_out.c_str());
 
   // The same user without its groups is refused by the --group server too.
-  ExpectRefused(RunFor(accounts.AsUser(ConsumeArgs(bin, shared, 0), false), logs.path(), "dropped"),
-                "the user without group " + accounts.group());
-  std::printf("refused without the group: %s", Slurp(logs.path() / "dropped.err").c_str());
+  ExpectRefused(
+      RunFor(accounts_->AsUser(ConsumeArgs(bin_, shared, 0), false), logs_.path(), "dropped"),
+      "the user without group " + accounts_->group());
+  std::printf("refused without the group: %s", Slurp(logs_.path() / "dropped.err").c_str());
 
   // Bad --group values stop the server at start with one line naming the value.
   const std::string nosuch = "carpool_nosuch_" + std::to_string(::getpid());
   CliResult unknown =
-      RunFor({bin, "server", "--group", nosuch, "--socket", (logs.path() / "x.sock").string()},
-             logs.path(), "unknown-group");
+      RunFor({bin_, "server", "--group", nosuch, "--socket", (logs_.path() / "x.sock").string()},
+             logs_.path(), "unknown-group");
   EXPECT_EQ(unknown.code, 1);
   EXPECT_NE(unknown.err.find("carpool server: --group '" + nosuch +
                              "' is not a group on this machine (getent group " + nosuch +
                              "); create it or pick one of the groups you are in"),
             std::string::npos)
       << unknown.err;
-  CliResult not_member = RunFor(accounts.AsUser({bin, "server", "--group", accounts.group(),
-                                                 "--socket", (logs.path() / "y.sock").string()},
-                                                false),
-                                logs.path(), "not-member");
+  CliResult not_member = RunFor(accounts_->AsUser({bin_, "server", "--group", accounts_->group(),
+                                                   "--socket", (logs_.path() / "y.sock").string()},
+                                                  false),
+                                logs_.path(), "not-member");
   EXPECT_EQ(not_member.code, 1);
   EXPECT_NE(not_member.err.find("is neither root nor in that group"), std::string::npos)
       << not_member.err;
@@ -337,19 +355,10 @@ TEST(E2eAccessTest, AnotherUserReachesTheServerOnlyThroughItsGroup) {
 // open, read or write the other's batch segment or the cache (the old 0660 segments let them:
 // one member could read another's batches and corrupt every job's samples in the cache). Both
 // still get each epoch exactly once.
-TEST(E2eAccessTest, MembersCannotOpenEachOthersBatchesOrTheCache) {
-  if (::geteuid() != 0) {
-    GTEST_SKIP() << "not run: needs root to create two test users and a group (useradd, "
-                    "groupadd, setresuid); CI runs it as root";
-  }
-  TempDirForTest logs;
-  fs::permissions(logs.path(), fs::perms(0755));
-  TestAccounts accounts(logs.path(), 2);
-  ASSERT_NO_FATAL_FAILURE(accounts.Create());
-  const std::string bin = BinaryForUser(accounts, logs.path());
-  ASSERT_FALSE(::testing::Test::HasFailure());
+TEST_F(E2eAccessTest, MembersCannotOpenEachOthersBatchesOrTheCache) {
+  ASSERT_NO_FATAL_FAILURE(CreateAccounts(2));
   E2eEnv env;
-  ASSERT_NO_FATAL_FAILURE(StartServerOnImages(env, {"--group", accounts.group()}));
+  ASSERT_NO_FATAL_FAILURE(StartServerOnImages(env, {"--group", accounts_->group()}));
   const std::vector<std::string> names = env.Segments();
   ASSERT_EQ(names.size(), 1u) << "the cache segment only, before any job";
   const std::string cache = "/dev/shm/" + names[0];
@@ -360,12 +369,12 @@ TEST(E2eAccessTest, MembersCannotOpenEachOthersBatchesOrTheCache) {
   for (int i = 0; i < 2; ++i) {
     const fs::path own = env.dir() / fmt::format("user{}", i);
     fs::create_directories(own);
-    ASSERT_EQ(::chown(own.c_str(), accounts.uid(i), accounts.primary_gid(i)), 0) << own;
-    std::vector<std::string> argv = ConsumeArgs(bin, env, 300);
+    ASSERT_EQ(::chown(own.c_str(), accounts_->uid(i), accounts_->primary_gid(i)), 0) << own;
+    std::vector<std::string> argv = ConsumeArgs(bin_, env, 300);
     argv.insert(argv.end(), {"--ids-out", (own / "ids.csv").string()});
-    jobs.push_back(SpawnProcess(accounts.AsUser(argv, true, i),
-                                logs.path() / fmt::format("user{}.out", i),
-                                logs.path() / fmt::format("user{}.err", i)));
+    jobs.push_back(SpawnProcess(accounts_->AsUser(argv, true, i),
+                                logs_.path() / fmt::format("user{}.out", i),
+                                logs_.path() / fmt::format("user{}.err", i)));
   }
   // Both jobs' segments, wherever root can see them: named in /dev/shm, or held as memfds. The
   // names, or else the server's descriptors, are one per job.
@@ -389,21 +398,21 @@ TEST(E2eAccessTest, MembersCannotOpenEachOthersBatchesOrTheCache) {
     for (const std::string& p : segments) {
       if (p.rfind(own, 0) != 0) paths.push_back(p);
     }
-    const std::string results = OpenAs(accounts, i, paths);
+    const std::string results = OpenAs(*accounts_, i, paths);
     ASSERT_EQ(results.size(), paths.size()) << results;
     for (size_t k = 0; k < paths.size(); ++k) {
       EXPECT_EQ(results[k], '-') << "user " << i << " could open " << paths[k] << " "
                                  << (results[k] == 'w' ? "read-write" : "read-only");
     }
     std::printf("user %d, a member of %s, tried %zu ways to the cache and the batch segments: %s\n",
-                i, accounts.group().c_str(), paths.size(), results.c_str());
+                i, accounts_->group().c_str(), paths.size(), results.c_str());
   }
   for (int i = 0; i < 2; ++i) {
     int status = 0;
     EXPECT_EQ(::waitpid(jobs[i], &status, 0), jobs[i]);
-    const std::string out = Slurp(logs.path() / fmt::format("user{}.out", i));
+    const std::string out = Slurp(logs_.path() / fmt::format("user{}.out", i));
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << Slurp(logs.path() / fmt::format("user{}.err", i));
+        << Slurp(logs_.path() / fmt::format("user{}.err", i));
     EXPECT_EQ(JsonNumber(out, "batches"), 10) << out;
     CheckEpochs(env, "gen", fmt::format("user{}/ids.csv", i), 2);
   }
