@@ -1,13 +1,11 @@
 #include "server/session.h"
 
+#include <errno.h>
 #include <fmt/format.h>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
-
-#include <errno.h>
-
 #include <cstring>
 
 #include "carpool/log.h"
@@ -248,6 +246,7 @@ void Session::Reply(const protocol::Message& message, UniqueFd fd) {
                protocol::MessageTypeName(protocol::TypeOf(message)), frame.status().message());
     frame = protocol::EncodeFrame(protocol::Error{StatusCode::kInternal,
                                                   "reply could not be encoded; see server log"});
+    fd.Reset();  // an error frame carries none
   }
   QueueFrame(std::move(*frame), std::move(fd));
 }

@@ -4,7 +4,10 @@
 // by the first (a clear error, no hang), served by the second, refused by the second once the
 // user's groups are dropped. Root starts the servers and generates the data set, so the user needs
 // only to reach the `carpool` binary (copied into the test's 0755 temp dir when the build dir is
-// closed to it) and the socket (the temp and state dirs are made 0755). Without root: skipped.
+// closed to it) and the socket (the temp and state dirs are made 0755). Issue 21 item 7, least
+// privilege: --group opens the socket only. Two members' jobs on one server cannot open each
+// other's batch segments (memfds passed to each job's process alone) or the cache (0600), and
+// both still get each epoch exactly once. Without root: skipped.
 #include <fcntl.h>
 #include <fmt/core.h>
 #include <grp.h>
