@@ -112,9 +112,9 @@ struct JobInfo {
   uint64_t slot_bytes = 0;
   // A GPU job (device >= 0): its images and int64 labels live in device batch slots, one device
   // allocation of slot_count * device_slot_stride bytes exported as a legacy CUDA IPC handle.
-  int32_t device = -1;            // the server's CUDA device index; -1 for a CPU job
-  std::string device_handle;      // cudaIpcMemHandle_t, kIpcHandleBytes; empty for a CPU job
-  std::string device_pci_bus_id;  // of that device, so the client can check it opens the same one
+  int32_t device = -1;              // the server's CUDA device index; -1 for a CPU job
+  std::string device_handle{};      // cudaIpcMemHandle_t, kIpcHandleBytes; empty for a CPU job
+  std::string device_pci_bus_id{};  // of that device: the client checks it opens the same one
   uint64_t device_slot_stride = 0;
   uint64_t device_slot_bytes = 0;
   // Of slot 0 from the base of the allocation the handle names (the driver may place a small

@@ -52,17 +52,15 @@ void Send(int fd, const protocol::Message& m, const std::vector<int>& fds) {
 }
 
 protocol::JobInfo OneSlotJob() {
-  protocol::JobInfo info;
-  info.job_id = 1;
-  info.dataset_size = 4;
-  info.batches_per_epoch = 1;
-  info.batch_size = 4;
-  info.epochs = 1;
-  info.sample_shape = {2, 2, 1};
-  info.segment_name = "carpool-fake-job-1";
-  info.slot_count = 1;
-  info.slot_bytes = 4096;
-  return info;
+  return protocol::JobInfo{.job_id = 1,
+                           .dataset_size = 4,
+                           .batches_per_epoch = 1,
+                           .batch_size = 4,
+                           .epochs = 1,
+                           .sample_shape = {2, 2, 1},
+                           .segment_name = "carpool-fake-job-1",
+                           .slot_count = 1,
+                           .slot_bytes = 4096};
 }
 
 // Serves `connections` connections one after another: hello-reply to hello, then the job-info
@@ -101,42 +99,37 @@ class FakeServer {
   std::thread thread_;
 };
 
-TEST(ClientSegmentFdTest, JobInfoWithoutItsSegmentIsAClearError) {
+// What Client::CreateJob says when the server answers with a job-info carrying `fds`.
+Status CreateJobAgainstFakeServer(const std::vector<int>& fds) {
   TempDirForTest dir;
   const std::string path = (dir.path() / "fake.sock").string();
-  FakeServer server(path, 2, {});  // Connect's handshake, then CreateJob's connection
+  FakeServer server(path, 2, fds);  // Connect's handshake, then CreateJob's connection
   auto client = Client::Connect(path);
-  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  if (!client.ok()) return client.status();
   JobOptions o;
   o.dataset = "fake";
   o.batch_size = 4;
-  auto job = (*client)->CreateJob(o);
-  ASSERT_FALSE(job.ok());
-  EXPECT_EQ(job.status().code(), StatusCode::kCorruption) << job.status().ToString();
-  EXPECT_NE(job.status().message().find("the job-info frame came without its batch segment"),
-            std::string::npos)
-      << job.status().message();
+  return (*client)->CreateJob(o).status();
 }
 
-// The same fake server with a real segment attached: the client maps it and checks its header,
-// so a segment that is not a batch segment is refused by its contents, not trusted.
+TEST(ClientSegmentFdTest, JobInfoWithoutItsSegmentIsAClearError) {
+  Status s = CreateJobAgainstFakeServer({});
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("the job-info frame came without its batch segment"),
+            std::string::npos)
+      << s.message();
+}
+
+// A real segment attached: the client maps it and checks its header, so a segment that is not a
+// batch segment is refused by its contents, not trusted.
 TEST(ClientSegmentFdTest, TheAttachedSegmentIsMappedAndChecked) {
-  TempDirForTest dir;
-  const std::string path = (dir.path() / "fake.sock").string();
   UniqueFd segment(::memfd_create("carpool-fake-job-1", MFD_CLOEXEC));
   ASSERT_EQ(::ftruncate(segment.get(), 1 << 20), 0);
-  FakeServer server(path, 2, {segment.get()});
-  auto client = Client::Connect(path);
-  ASSERT_TRUE(client.ok()) << client.status().ToString();
-  JobOptions o;
-  o.dataset = "fake";
-  o.batch_size = 4;
-  auto job = (*client)->CreateJob(o);
-  ASSERT_FALSE(job.ok());
-  EXPECT_EQ(job.status().code(), StatusCode::kCorruption) << job.status().ToString();
-  EXPECT_NE(job.status().message().find("batch segment carpool-fake-job-1 header (magic 0x0000"),
+  Status s = CreateJobAgainstFakeServer({segment.get()});
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("batch segment carpool-fake-job-1 header (magic 0x0000"),
             std::string::npos)
-      << job.status().message();
+      << s.message();
 }
 
 }  // namespace
