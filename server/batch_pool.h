@@ -56,7 +56,8 @@ class BatchPool {
   // Creates and maps the segment, named `name` (unique among this process's live pools). Every
   // --group member's job gets its own segment by fd, so `access` is not used: the segment is 0600
   // in both modes. Fails with InvalidArgument on a bad geometry or name, AlreadyExists for a
-  // name in use, ResourceExhausted when /dev/shm is full, IOError when memfd_create fails.
+  // name in use, ResourceExhausted when the memory available cannot hold it, IOError when
+  // memfd_create fails.
   static Result<std::unique_ptr<BatchPool>> Create(const std::string& name, uint64_t job_id,
                                                    uint32_t slot_count, uint64_t slot_bytes,
                                                    const cache::ClientAccess& access = {});
