@@ -159,9 +159,9 @@ size_t BatchPool::LiveCount() {
 }
 
 // Not analyzed: the new object is not shared yet, so its guarded members need no lock.
-Result<std::unique_ptr<BatchPool>> BatchPool::Create(
-    const std::string& name, uint64_t job_id, uint32_t slot_count, uint64_t slot_bytes,
-    const cache::ClientAccess& /*access: unused, see the header*/) NO_THREAD_SAFETY_ANALYSIS {
+Result<std::unique_ptr<BatchPool>> BatchPool::Create(const std::string& name, uint64_t job_id,
+                                                     uint32_t slot_count, uint64_t slot_bytes)
+    NO_THREAD_SAFETY_ANALYSIS {
   if (name.empty() || name.find('/') != std::string::npos || name.size() > 200) {
     return Status::InvalidArgument(
         fmt::format("batch segment name \"{}\" must be 1..200 characters without '/'", name));

@@ -21,7 +21,6 @@
 #include <string>
 #include <vector>
 
-#include "cache/client_access.h"
 #include "carpool/mutex.h"
 #include "carpool/status.h"
 #include "carpool/unique_fd.h"
@@ -53,14 +52,12 @@ class BatchPool {
   // its batch segments there) left when it died. Call at server start. Returns how many.
   static int RemoveStaleSegments(const std::string& instance);
 
-  // Creates and maps the segment, named `name` (unique among this process's live pools). Every
-  // --group member's job gets its own segment by fd, so `access` is not used: the segment is 0600
-  // in both modes. Fails with InvalidArgument on a bad geometry or name, AlreadyExists for a
-  // name in use, ResourceExhausted when the memory available cannot hold it, IOError when
-  // memfd_create fails.
+  // Creates and maps the segment, named `name` (unique among this process's live pools), 0600
+  // under --group too: the job's process gets it by fd. Fails with InvalidArgument on a bad
+  // geometry or name, AlreadyExists for a name in use, ResourceExhausted when the memory
+  // available cannot hold it, IOError when memfd_create fails.
   static Result<std::unique_ptr<BatchPool>> Create(const std::string& name, uint64_t job_id,
-                                                   uint32_t slot_count, uint64_t slot_bytes,
-                                                   const cache::ClientAccess& access = {});
+                                                   uint32_t slot_count, uint64_t slot_bytes);
   // A new descriptor of the live pool named `name`, for its session to send to the job's
   // process. NotFound when no pool of this process has that name (its job was removed).
   static Result<UniqueFd> ShareSegment(const std::string& name);
