@@ -105,45 +105,25 @@ Result<ClientAccess> ResolveClientGroup(std::string_view value) {
     const std::string user = UserName();
     return Status::InvalidArgument(fmt::format(
         "--group '{}' (gid {}): user {} is neither root nor in that group, so the server may not "
-        "give its socket and shared memory to it; add the user (usermod -aG {} {}, then log in "
+        "give its socket to it; add the user (usermod -aG {} {}, then log in "
         "again) or pick one of the groups you are in ({})",
         text, *gid, user, GroupName(*gid), user, OwnGroupNames()));
   }
   return ClientAccess{*gid};
 }
 
-namespace {
-
-// chown (group only) then chmod, through the fd or path functions passed in.
-template <typename Chown, typename Chmod>
-Status Apply(const ClientAccess& access, std::string_view what, Chown chown_group,
-             Chmod chmod_mode) {
-  if (access.group && chown_group(*access.group) != 0) {
+Status ApplyClientAccess(const std::string& path, const ClientAccess& access) {
+  const std::string what = fmt::format("the socket {}", path);
+  if (access.group && ::chown(path.c_str(), static_cast<uid_t>(-1), *access.group) != 0) {
     return Status::IOError(fmt::format(
         "cannot give {} to group {} (gid {}): {}; the server's user must be root or in the group",
         what, GroupName(*access.group), *access.group, std::strerror(errno)));
   }
-  if (chmod_mode(access.mode()) != 0) {
+  if (::chmod(path.c_str(), access.mode()) != 0) {
     return Status::IOError(
         fmt::format("cannot set mode {:o} on {}: {}", access.mode(), what, std::strerror(errno)));
   }
   return Status::OK();
-}
-
-}  // namespace
-
-Status ApplyClientAccess(int fd, const ClientAccess& access, std::string_view what) {
-  return Apply(
-      access, what, [fd](gid_t g) { return ::fchown(fd, static_cast<uid_t>(-1), g); },
-      [fd](uint32_t mode) { return ::fchmod(fd, mode); });
-}
-
-Status ApplyClientAccess(const std::string& path, const ClientAccess& access) {
-  const char* p = path.c_str();
-  return Apply(
-      access, fmt::format("the socket {}", path),
-      [p](gid_t g) { return ::chown(p, static_cast<uid_t>(-1), g); },
-      [p](uint32_t mode) { return ::chmod(p, mode); });
 }
 
 std::string FirstDirClosedToGroup(const std::string& path, gid_t group) {

@@ -1,6 +1,7 @@
-// Who may open what a server's clients open: its unix socket, its cache segment and its jobs'
-// batch segments. By default only the server's user (mode 0600); with `carpool server --group G`
-// also the members of G (group G, mode 0660). Thread-safe: free functions over the OS.
+// Who may connect to a server's unix socket: by default only the server's user (mode 0600); with
+// `carpool server --group G` also the members of G (group G, mode 0660). Nothing else the server
+// makes is opened by name: the cache is the server's alone and each job's batch segment goes to
+// that job's process by fd. Thread-safe: free functions over the OS.
 #ifndef CARPOOL_CACHE_CLIENT_ACCESS_H_
 #define CARPOOL_CACHE_CLIENT_ACCESS_H_
 
@@ -25,11 +26,8 @@ struct ClientAccess {
 // it (it is neither root nor a member).
 Result<ClientAccess> ResolveClientGroup(std::string_view value);
 
-// Gives the open file `fd`, created with mode 0600, its access: the group first, while the mode
-// still keeps everyone but the owner out, then the mode. Nobody outside the group ever can open
-// it. `what` names the file in errors.
-Status ApplyClientAccess(int fd, const ClientAccess& access, std::string_view what);
-// The same by path, for the unix socket (fchmod on a socket's fd leaves its file as it is).
+// Gives the unix socket at `path` its access: the group first, while the mode still keeps everyone
+// but the owner out, then the mode (by path: fchmod on a socket's fd leaves its file as it is).
 // REQUIRES: nobody can connect yet (bound, not listening), so the order leaves no window.
 Status ApplyClientAccess(const std::string& path, const ClientAccess& access);
 

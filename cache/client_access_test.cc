@@ -87,22 +87,6 @@ TEST(ClientAccessTest, GroupOfWhichThisUserIsNoMemberIsRefused) {
   EXPECT_TRUE(Contains(r.status().message(), "usermod -aG")) << r.status().message();
 }
 
-TEST(ClientAccessTest, AppliesGroupAndModeToAnFd) {
-  const std::string name = fmt::format("/carpool-test-{}-access", ::getpid());
-  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  ASSERT_GE(fd, 0);
-  struct stat st {};
-  ASSERT_TRUE(ApplyClientAccess(fd, ClientAccess{::getegid()}, "a test segment").ok());
-  ASSERT_EQ(::fstat(fd, &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0660u);
-  EXPECT_EQ(st.st_gid, ::getegid());
-  ASSERT_TRUE(ApplyClientAccess(fd, ClientAccess{}, "a test segment").ok());
-  ASSERT_EQ(::fstat(fd, &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0600u);
-  ::close(fd);
-  ::shm_unlink(name.c_str());
-}
-
 TEST(ClientAccessTest, AppliesGroupAndModeToAPath) {
   TempDir tmp;
   const fs::path file = tmp.path() / "f";

@@ -41,7 +41,7 @@ Result<std::unique_ptr<SampleCache>> SampleCache::Create(
         fmt::format("cache page size {} is not a power of two >= 4096", page));
   }
   Result<std::unique_ptr<Segment>> segment =
-      Segment::Create({*name, options.capacity_bytes, page, options.access});
+      Segment::Create({*name, options.capacity_bytes, page});
   if (!segment.ok()) return segment.status();
   index_options.capacity_bytes = (*segment)->data_bytes();
   std::unique_ptr<SampleCache> cache(new SampleCache(index_options, oracle));

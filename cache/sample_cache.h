@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "cache/cache_index.h"
-#include "cache/client_access.h"
 #include "cache/segment.h"
 #include "cache/slot_allocator.h"
 #include "carpool/mutex.h"
@@ -34,7 +33,6 @@ struct CacheOptions {
   std::string instance = "default";  // segment "carpool-<instance>"
   uint64_t capacity_bytes = 0;       // the segment's data area, rounded up to whole pages
   EvictionPolicy policy = EvictionPolicy::kRefCnt;
-  ClientAccess access;               // of the segment: 0600, or 0660 and a group (--group)
   uint64_t page_bytes = 0;           // 0: capacity/1024 as a power of two in [64 KiB, 4 MiB]
   size_t next_use_scan_limit = 0;    // see CacheIndex::Options
 };

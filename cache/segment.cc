@@ -130,7 +130,8 @@ Result<std::unique_ptr<Segment>> Segment::Create(const Options& options) {
   std::unique_ptr<Segment> seg(new Segment());
   seg->name_ = options.name;
   try {
-    bip::permissions perms(0600);  // a group, if any, gets access below (client_access.h)
+    // The server's alone in both modes: clients never map the cache (their batches come by fd).
+    bip::permissions perms(0600);
     std::optional<bip::shared_memory_object> shm;
     for (int attempt = 0; attempt < 3 && !shm; ++attempt) {
       try {
@@ -149,9 +150,6 @@ Result<std::unique_ptr<Segment>> Segment::Create(const Options& options) {
           options.name));
     }
     seg->creator_ = ::getpid();  // from here on the destructor unlinks
-    Status access = ApplyClientAccess(shm->get_mapping_handle().handle, options.access,
-                                      fmt::format("the cache segment \"{}\"", options.name));
-    if (!access.ok()) return access;
     shm->truncate(static_cast<bip::offset_t>(total));
     Status reserved = ReserveShm(shm->get_mapping_handle().handle, total,
                                  fmt::format("the cache segment \"{}\"", options.name),

@@ -12,7 +12,6 @@
 #include <string>
 #include <string_view>
 
-#include "cache/client_access.h"
 #include "cache/segment_layout.h"
 #include "carpool/status.h"
 
@@ -31,7 +30,6 @@ class Segment {
     std::string name;         // from SegmentName()
     uint64_t data_bytes = 0;  // rounded up to whole pages
     uint64_t page_bytes = 1 << 20;
-    ClientAccess access;      // the server's user only, or also one group (--group)
   };
 
   // Creates the segment. If one of that name exists and its owner is alive: AlreadyExists. If its

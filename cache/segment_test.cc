@@ -24,8 +24,8 @@ std::string TestName(const char* tag) {
   return fmt::format("carpool-test-{}-{}", ::getpid(), tag);
 }
 
-std::unique_ptr<Segment> MakeSegment(const std::string& name, ClientAccess access = {}) {
-  Result<std::unique_ptr<Segment>> seg = Segment::Create({name, 8 * kPage, kPage, access});
+std::unique_ptr<Segment> MakeSegment(const std::string& name) {
+  Result<std::unique_ptr<Segment>> seg = Segment::Create({name, 8 * kPage, kPage});
   EXPECT_TRUE(seg.ok()) << seg.status().ToString();
   return seg.ok() ? std::move(*seg) : nullptr;
 }
@@ -73,14 +73,15 @@ TEST(SegmentTest, CreateOpenReadAndCleanup) {
   EXPECT_EQ(gone.status().code(), StatusCode::kNotFound);
 }
 
-TEST(SegmentTest, GroupAccessIsApplied) {
-  std::string name = TestName("group");
-  std::unique_ptr<Segment> seg = MakeSegment(name, ClientAccess{::getegid()});
+// Clients never map the cache, so it is the server's alone, also under --group.
+TEST(SegmentTest, IsTheServersUserAlone) {
+  std::string name = TestName("owner");
+  std::unique_ptr<Segment> seg = MakeSegment(name);
   ASSERT_NE(seg, nullptr);
   struct stat st {};
   ASSERT_EQ(::stat(("/dev/shm/" + name).c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0660u);
-  EXPECT_EQ(st.st_gid, ::getegid());
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_uid, ::geteuid());
 }
 
 TEST(SegmentTest, StaleGenerationIsDetected) {
@@ -152,7 +153,7 @@ TEST(SegmentTest, MoreThanDevShmHoldsIsAClearErrorNotSigbus) {
   ASSERT_EQ(::statvfs("/dev/shm", &fs), 0);
   const uint64_t total = uint64_t{fs.f_blocks} * fs.f_frsize;
   std::string name = TestName("huge");
-  Result<std::unique_ptr<Segment>> seg = Segment::Create({name, total + 64 * kPage, kPage, {}});
+  Result<std::unique_ptr<Segment>> seg = Segment::Create({name, total + 64 * kPage, kPage});
   ASSERT_FALSE(seg.ok());
   EXPECT_EQ(seg.status().code(), StatusCode::kResourceExhausted) << seg.status().ToString();
   EXPECT_NE(seg.status().message().find("--cache-size"), std::string::npos);
@@ -163,7 +164,7 @@ TEST(SegmentTest, LiveOwnerIsAlreadyInUse) {
   std::string name = TestName("live");
   std::unique_ptr<Segment> first = MakeSegment(name);
   ASSERT_NE(first, nullptr);
-  Result<std::unique_ptr<Segment>> second = Segment::Create({name, 8 * kPage, kPage, {}});
+  Result<std::unique_ptr<Segment>> second = Segment::Create({name, 8 * kPage, kPage});
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), StatusCode::kAlreadyExists);
   EXPECT_NE(second.status().message().find(std::to_string(::getpid())), std::string::npos);
@@ -177,7 +178,7 @@ TEST(SegmentTest, SegmentOfKilledServerIsReplaced) {
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    Result<std::unique_ptr<Segment>> seg = Segment::Create({name, 8 * kPage, kPage, {}});
+    Result<std::unique_ptr<Segment>> seg = Segment::Create({name, 8 * kPage, kPage});
     char c = seg.ok() ? 'y' : 'n';
     (void)!::write(pipefd[1], &c, 1);
     ::pause();
@@ -214,7 +215,7 @@ TEST(SegmentTest, HalfInitializedSegmentIsReplacedAndForeignOneIsNot) {
   ASSERT_EQ(::ftruncate(fd, 8192), 0);
   uint64_t junk = 0x1234;
   ASSERT_EQ(::pwrite(fd, &junk, sizeof(junk), 0), static_cast<ssize_t>(sizeof(junk)));
-  Result<std::unique_ptr<Segment>> foreign = Segment::Create({name, 8 * kPage, kPage, {}});
+  Result<std::unique_ptr<Segment>> foreign = Segment::Create({name, 8 * kPage, kPage});
   EXPECT_EQ(foreign.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(SegmentReader::Open(name).status().code(), StatusCode::kCorruption);
   ::close(fd);

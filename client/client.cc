@@ -101,7 +101,7 @@ struct Job::State {
         continue;
       }
       last_heard = Clock::now();
-      protocol::Message& m = **frame;
+      protocol::Message& m = (*frame)->message;
       MutexLock lock(mu);
       if (auto* b = std::get_if<protocol::BatchReady>(&m); b && b->job_id == info.job_id) {
         ready.push_back(*b);
@@ -382,7 +382,7 @@ Result<std::string> Client::Stats() {
   if (!hs.ok()) return hs.status();
   auto reply = hs->socket->Call(protocol::StatsRequest{0}, kHandshakeTimeout);
   if (!reply.ok()) return reply.status();
-  auto* stats = std::get_if<protocol::StatsReply>(&*reply);
+  auto* stats = std::get_if<protocol::StatsReply>(&reply->message);
   if (stats == nullptr) return Status::Corruption("server answered a stats request with no stats");
   (void)hs->socket->Send(protocol::Bye{});
   return std::move(stats->json);
@@ -435,12 +435,13 @@ Result<std::unique_ptr<Job>> Client::CreateJob(const JobOptions& o) {
   }
   auto reply = hs->socket->Call(request, o.silence_timeout);
   if (!reply.ok()) return reply.status();
-  auto* info = std::get_if<protocol::JobInfo>(&*reply);
+  auto* info = std::get_if<protocol::JobInfo>(&reply->message);
   if (info == nullptr) {
-    return Status::Corruption(fmt::format("server answered create-job with {}",
-                                          protocol::MessageTypeName(protocol::TypeOf(*reply))));
+    return Status::Corruption(
+        fmt::format("server answered create-job with {}",
+                    protocol::MessageTypeName(protocol::TypeOf(reply->message))));
   }
-  auto mapping = SlotMapping::Open(*info);
+  auto mapping = SlotMapping::Open(*info, std::move(reply->fd));
   if (!mapping.ok()) return mapping.status();
   std::shared_ptr<DeviceSlotMapping> device_mapping;
   if (info->device >= 0) {

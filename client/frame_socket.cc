@@ -10,6 +10,8 @@
 
 #include <cstring>
 
+#include "protocol/segment_fd.h"
+
 namespace carpool {
 namespace {
 
@@ -77,43 +79,55 @@ Status FrameSocket::Send(const protocol::Message& message) {
   return Status::OK();
 }
 
-Status FrameSocket::ReadExactly(uint8_t* data, size_t n) {
+Status FrameSocket::ReadExactly(uint8_t* data, size_t n, std::vector<UniqueFd>& fds) {
   size_t done = 0;
   while (done < n) {
-    ssize_t r = ::recv(fd_, data + done, n - done, 0);
+    ssize_t r = protocol::RecvWithFds(fd_, data + done, n - done, fds);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       return Unavailable(path_, "stopped in the middle of a frame (is it hung?)");
     }
     if (r == 0) return Unavailable(path_, "closed the connection");
+    if (r < 0 && errno == EBADMSG) {
+      return Status::Corruption(fmt::format(
+          "carpool server at {} sent more file descriptors with a frame than any frame carries",
+          path_));
+    }
     if (r < 0) return Unavailable(path_, fmt::format("is gone ({})", std::strerror(errno)));
     done += static_cast<size_t>(r);
   }
   return Status::OK();
 }
 
-Result<std::optional<protocol::Message>> FrameSocket::Receive(std::chrono::milliseconds wait) {
+Result<std::optional<ReceivedFrame>> FrameSocket::Receive(std::chrono::milliseconds wait) {
   pollfd p{fd_, POLLIN, 0};
   int ready = ::poll(&p, 1, static_cast<int>(wait.count()));
   if (ready < 0 && errno != EINTR) {
     return Status::IOError(fmt::format("poll(): {}", std::strerror(errno)));
   }
-  if (ready <= 0) return std::optional<protocol::Message>();
+  if (ready <= 0) return std::optional<ReceivedFrame>();
+  // The server attaches a descriptor to a frame's first byte, and each read stops at the frame's
+  // end, so the descriptors read with a frame's bytes are that frame's.
+  std::vector<UniqueFd> fds;
   uint8_t header_bytes[protocol::kFrameHeaderBytes];
-  Status s = ReadExactly(header_bytes, sizeof(header_bytes));
+  Status s = ReadExactly(header_bytes, sizeof(header_bytes), fds);
   if (!s.ok()) return s;
   auto header = protocol::DecodeFrameHeader(header_bytes);
   if (!header.ok()) return header.status();
   std::vector<uint8_t> payload(header->payload_bytes);
-  s = ReadExactly(payload.data(), payload.size());
+  s = ReadExactly(payload.data(), payload.size(), fds);
   if (!s.ok()) return s;
+  if (Status carried = protocol::CheckFrameFds(header->type, fds.size()); !carried.ok()) {
+    return Status::Corruption(fmt::format("carpool server at {}: {}", path_, carried.message()));
+  }
   auto message = protocol::DecodePayload(header->type, payload);
   if (!message.ok()) return message.status();
-  return std::optional<protocol::Message>(std::move(*message));
+  UniqueFd fd = fds.empty() ? UniqueFd() : std::move(fds.front());
+  return std::optional<ReceivedFrame>(ReceivedFrame{std::move(*message), std::move(fd)});
 }
 
-Result<protocol::Message> FrameSocket::Call(const protocol::Message& request,
-                                            std::chrono::milliseconds wait) {
+Result<ReceivedFrame> FrameSocket::Call(const protocol::Message& request,
+                                        std::chrono::milliseconds wait) {
   Status s = Send(request);
   if (!s.ok()) return s;
   auto deadline = std::chrono::steady_clock::now() + wait;
@@ -128,10 +142,10 @@ Result<protocol::Message> FrameSocket::Call(const protocol::Message& request,
     auto reply = Receive(left);
     if (!reply.ok()) return reply.status();
     if (!reply->has_value()) continue;
-    protocol::Message& m = **reply;
+    protocol::Message& m = (*reply)->message;
     if (std::holds_alternative<protocol::Heartbeat>(m)) continue;
     if (auto* e = std::get_if<protocol::Error>(&m)) return StatusFromError(*e);
-    return std::move(m);
+    return std::move(**reply);
   }
 }
 
@@ -141,11 +155,11 @@ Result<Handshake> ConnectAndHello(const std::string& path, std::chrono::millisec
   auto reply = (*socket)->Call(protocol::Hello{static_cast<uint32_t>(::getpid()), "carpool-cxx"},
                                timeout);
   if (!reply.ok()) return reply.status();
-  auto* hello = std::get_if<protocol::HelloReply>(&*reply);
+  auto* hello = std::get_if<protocol::HelloReply>(&reply->message);
   if (hello == nullptr) {
-    return Status::Corruption(fmt::format(
-        "server at {} answered hello with {}", path,
-        protocol::MessageTypeName(protocol::TypeOf(*reply))));
+    return Status::Corruption(
+        fmt::format("server at {} answered hello with {}", path,
+                    protocol::MessageTypeName(protocol::TypeOf(reply->message))));
   }
   return Handshake{std::move(*socket), *hello};
 }

@@ -8,12 +8,20 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "carpool/mutex.h"
 #include "carpool/status.h"
+#include "carpool/unique_fd.h"
 #include "protocol/protocol.h"
 
 namespace carpool {
+
+// A frame and the descriptor that came with it: a job-info's batch segment (protocol/segment_fd.h).
+struct ReceivedFrame {
+  protocol::Message message;
+  UniqueFd fd;  // valid exactly for a frame that carries one; Receive checks it
+};
 
 class FrameSocket {
  public:
@@ -28,17 +36,19 @@ class FrameSocket {
 
   Status Send(const protocol::Message& message);
   // Waits up to `wait` for a frame to start; std::nullopt if none did. kUnavailable when the
-  // server closed the connection, InvalidArgument/Corruption for a bad frame.
-  Result<std::optional<protocol::Message>> Receive(std::chrono::milliseconds wait);
+  // server closed the connection, InvalidArgument/Corruption for a bad frame, and Corruption for
+  // a job-info without its descriptor or any other frame with one.
+  Result<std::optional<ReceivedFrame>> Receive(std::chrono::milliseconds wait);
   // Receives one frame within `wait`, skipping heartbeats; an Error frame becomes its Status.
-  Result<protocol::Message> Call(const protocol::Message& request, std::chrono::milliseconds wait);
+  Result<ReceivedFrame> Call(const protocol::Message& request, std::chrono::milliseconds wait);
   void Shutdown();
 
   const std::string& path() const { return path_; }
 
  private:
   FrameSocket(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  Status ReadExactly(uint8_t* data, size_t n);
+  // Reads n bytes; descriptors that came with them are appended to `fds`.
+  Status ReadExactly(uint8_t* data, size_t n, std::vector<UniqueFd>& fds);
 
   int fd_;
   std::string path_;

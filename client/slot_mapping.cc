@@ -2,15 +2,18 @@
 
 #include <fmt/format.h>
 
-#include <boost/interprocess/exceptions.hpp>
-#include <boost/interprocess/mapped_region.hpp>
-#include <boost/interprocess/shared_memory_object.hpp>
 #include <cstring>
 
 namespace carpool {
-namespace bip = boost::interprocess;
 
-Result<std::unique_ptr<SlotMapping>> SlotMapping::Open(const protocol::JobInfo& info) {
+Result<std::unique_ptr<SlotMapping>> SlotMapping::Open(const protocol::JobInfo& info,
+                                                       UniqueFd segment) {
+  if (!segment.valid()) {
+    return Status::InvalidArgument(fmt::format(
+        "job {}'s batch segment {} came without its file descriptor; the client must receive "
+        "job-info with recvmsg (FrameSocket) and pass the descriptor on",
+        info.job_id, info.segment_name));
+  }
   auto geometry = slots::ComputeGeometry(info.slot_count, info.slot_bytes);
   if (!geometry.ok()) return geometry.status();
   uint64_t sample_bytes = DTypeBytes(info.dtype);
@@ -22,23 +25,12 @@ Result<std::unique_ptr<SlotMapping>> SlotMapping::Open(const protocol::JobInfo& 
                                                sample_bytes, image_slot_bytes));
   }
   std::unique_ptr<SlotMapping> m(new SlotMapping());
-  try {
-    // shm_open names carry a leading '/', Boost adds its own.
-    // Writable: the segment is this job's alone, and training code modifies batches in place.
-    bip::shared_memory_object shm(bip::open_only, info.segment_name.c_str() + 1, bip::read_write);
-    bip::offset_t size = 0;
-    if (!shm.get_size(size) || static_cast<uint64_t>(size) < geometry->total_bytes) {
-      return Status::Corruption(fmt::format(
-          "batch segment {} is {} bytes, expected at least {}; the server and client disagree",
-          info.segment_name, static_cast<int64_t>(size), geometry->total_bytes));
-    }
-    m->region_ = std::make_unique<bip::mapped_region>(shm, bip::read_write, 0,
-                                                      geometry->total_bytes);
-  } catch (const bip::interprocess_exception& e) {
-    return Status::Unavailable(fmt::format("cannot map batch segment {}: {}; is the server alive?",
-                                           info.segment_name, e.what()));
-  }
-  m->base_ = static_cast<uint8_t*>(m->region_->get_address());
+  // Writable: the segment is this job's alone, and training code modifies batches in place.
+  auto region = protocol::SharedMapping::Map(segment.get(), geometry->total_bytes,
+                                             fmt::format("batch segment {}", info.segment_name));
+  if (!region.ok()) return region.status();
+  m->region_ = std::move(*region);
+  m->base_ = m->region_->data();
   slots::SegmentHeader h;
   std::memcpy(&h, m->base_, sizeof(h));
   if (h.magic != slots::kSegmentMagic || h.version != slots::kSegmentVersion ||

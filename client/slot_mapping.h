@@ -1,6 +1,6 @@
-// The client's view of a job's batch slot segment (layout: batch_slot_layout.h).
-// Thread-safe after Open: it only reads shared memory. The mapping stays valid while this object
-// lives, even after the server unlinks the segment.
+// The client's view of a job's batch slot segment (layout: batch_slot_layout.h), which came as
+// the fd attached to its job-info. Thread-safe after Open: it only reads shared memory. The
+// mapping stays valid while this object lives, even after the server closes the segment.
 #ifndef CARPOOL_CLIENT_SLOT_MAPPING_H_
 #define CARPOOL_CLIENT_SLOT_MAPPING_H_
 
@@ -9,12 +9,10 @@
 #include <string>
 
 #include "carpool/status.h"
+#include "carpool/unique_fd.h"
 #include "protocol/batch_slot_layout.h"
 #include "protocol/protocol.h"
-
-namespace boost::interprocess {
-class mapped_region;
-}
+#include "protocol/segment_fd.h"
 
 namespace carpool {
 
@@ -28,8 +26,9 @@ struct BatchRegion {
 
 class SlotMapping {
  public:
-  // Maps the segment named in `info` read-only and checks its header against `info`.
-  static Result<std::unique_ptr<SlotMapping>> Open(const protocol::JobInfo& info);
+  // Maps `segment` (the descriptor that came with `info`) and checks its header against `info`.
+  // The descriptor is closed once mapped. InvalidArgument when there is none.
+  static Result<std::unique_ptr<SlotMapping>> Open(const protocol::JobInfo& info, UniqueFd segment);
   ~SlotMapping();
   SlotMapping(const SlotMapping&) = delete;
   SlotMapping& operator=(const SlotMapping&) = delete;
@@ -50,7 +49,7 @@ class SlotMapping {
   SlotMapping() = default;
   const slots::SlotHeader& Header(uint32_t slot) const;
 
-  std::unique_ptr<boost::interprocess::mapped_region> region_;
+  std::unique_ptr<protocol::SharedMapping> region_;
   uint8_t* base_ = nullptr;
   uint32_t slot_count_ = 0;
   uint64_t slot_bytes_ = 0;

@@ -23,7 +23,7 @@ std::vector<std::pair<std::string, Message>> Seeds() {
                         .sample_shape = {28, 28, 1},
                         .dtype = DType::kUint8,
                         .layout = Layout::kNHWC,
-                        .segment_name = "/carpool-seed-7",
+                        .segment_name = "carpool-seed-07",
                         .slot_count = 2,
                         .slot_bytes = 4096};
   JobInfo gpu_job = cpu_job;

@@ -218,9 +218,9 @@ void Get(Reader& r, JobInfo& m) {
   m.segment_name = r.Str("segment_name", kMaxNameBytes);
   m.slot_count = r.Int<uint32_t>("slot_count");
   m.slot_bytes = r.Int<uint64_t>("slot_bytes");
-  if (m.segment_name.empty() || m.segment_name[0] != '/' ||
-      m.segment_name.find('/', 1) != std::string::npos) {
-    r.Fail(fmt::format("segment_name \"{}\" is not of the form /name", m.segment_name));
+  // The memfd's name, shown in messages: a plain name, never a path to open.
+  if (m.segment_name.empty() || m.segment_name.find('/') != std::string::npos) {
+    r.Fail(fmt::format("segment_name \"{}\" is empty or has a '/'", m.segment_name));
   }
   if (m.slot_count == 0) r.Fail("slot_count is 0");
   if (m.batch_size == 0) r.Fail("batch_size is 0");

@@ -22,8 +22,9 @@
 namespace carpool::protocol {
 
 inline constexpr uint32_t kFrameMagic = 0x4C505243;  // "CRPL" as little-endian bytes
-// 2: device batch slots (CUDA IPC); 3: data-parallel ranks (CreateJob job_key, rank, world_size)
-inline constexpr uint16_t kProtocolVersion = 4;
+// 2: device batch slots (CUDA IPC); 3: data-parallel ranks (CreateJob job_key, rank, world_size);
+// 4: resume positions; 5: job-info carries its batch segment as a memfd (segment_fd.h)
+inline constexpr uint16_t kProtocolVersion = 5;
 inline constexpr uint32_t kMaxWorldSize = 4096;
 inline constexpr size_t kFrameHeaderBytes = 12;
 inline constexpr uint32_t kMaxPayloadBytes = 1u << 20;  // 1 MiB; larger frames are rejected
@@ -104,14 +105,16 @@ struct JobInfo {
   std::vector<uint32_t> sample_shape;  // per sample, in `layout` order; 1..kMaxImageRank dims
   DType dtype = DType::kUint8;
   Layout layout = Layout::kNHWC;
-  std::string segment_name;  // shared-memory batch slot segment (see batch_slot_layout.h)
+  // The batch slot segment (batch_slot_layout.h) comes as the fd attached to this frame
+  // (segment_fd.h); this is the memfd's name, for messages only.
+  std::string segment_name;
   uint32_t slot_count = 0;
   uint64_t slot_bytes = 0;
   // A GPU job (device >= 0): its images and int64 labels live in device batch slots, one device
   // allocation of slot_count * device_slot_stride bytes exported as a legacy CUDA IPC handle.
-  int32_t device = -1;            // the server's CUDA device index; -1 for a CPU job
-  std::string device_handle;      // cudaIpcMemHandle_t, kIpcHandleBytes; empty for a CPU job
-  std::string device_pci_bus_id;  // of that device, so the client can check it opens the same one
+  int32_t device = -1;              // the server's CUDA device index; -1 for a CPU job
+  std::string device_handle{};      // cudaIpcMemHandle_t, kIpcHandleBytes; empty for a CPU job
+  std::string device_pci_bus_id{};  // of that device: the client checks it opens the same one
   uint64_t device_slot_stride = 0;
   uint64_t device_slot_bytes = 0;
   // Of slot 0 from the base of the allocation the handle names (the driver may place a small

@@ -19,7 +19,7 @@ JobInfo SampleJobInfo() {
   m.sample_shape = {3, 224, 224};
   m.dtype = DType::kFloat16;
   m.layout = Layout::kNCHW;
-  m.segment_name = "/carpool-abc-job-42";
+  m.segment_name = "carpool-abc-job-42";
   m.slot_count = 4;
   m.slot_bytes = 77 << 20;
   return m;
@@ -101,7 +101,7 @@ TEST(ProtocolTest, EveryMessageRoundTrips) {
 TEST(ProtocolTest, HeaderIsLittleEndian) {
   auto frame = EncodeFrame(Release{1, 2, 3});
   ASSERT_TRUE(frame.ok());
-  const std::vector<uint8_t> expected = {'C', 'R', 'P', 'L', 4, 0, 6, 0, 20, 0, 0, 0};
+  const std::vector<uint8_t> expected = {'C', 'R', 'P', 'L', 5, 0, 6, 0, 20, 0, 0, 0};
   EXPECT_EQ(std::vector<uint8_t>(frame->begin(), frame->begin() + 12), expected);
   EXPECT_EQ((*frame)[12], 1);  // job_id low byte first
 }
@@ -161,7 +161,9 @@ TEST(ProtocolTest, RejectsOutOfRangeFields) {
   info.dtype = static_cast<DType>(9);
   EXPECT_FALSE(EncodeFrame(info).ok());
   info = SampleJobInfo();
-  info.segment_name = "no-slash";
+  info.segment_name = "/carpool-abc-job-42";  // a path: the segment comes as an fd
+  EXPECT_FALSE(EncodeFrame(info).ok());
+  info.segment_name = "";
   EXPECT_FALSE(EncodeFrame(info).ok());
   info = SampleJobInfo();
   info.sample_shape = {0xffffffff, 0xffffffff, 0xffffffff};

@@ -1,16 +1,20 @@
 #include "server/batch_pool.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include <boost/interprocess/exceptions.hpp>
-#include <boost/interprocess/mapped_region.hpp>
-#include <boost/interprocess/permissions.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
 #include <new>
 
-#include "cache/shm_reserve.h"
 #include "carpool/log.h"
 
 namespace carpool {
@@ -36,12 +40,12 @@ protocol::BatchReady MakeBatchReady(uint64_t job_id, uint32_t slot, uint64_t gen
 }
 
 std::string BatchPool::SegmentName(const std::string& instance, uint64_t job_id) {
-  return fmt::format("/carpool-{}-job-{}", instance, job_id);
+  return fmt::format("carpool-{}-job-{}", instance, job_id);
 }
 
 int BatchPool::RemoveStaleSegments(const std::string& instance) {
   std::string prefix = SegmentName(instance, 0);
-  prefix = prefix.substr(1, prefix.size() - 2);  // "carpool-<instance>-job-"
+  prefix.pop_back();  // "carpool-<instance>-job-"
   int removed = 0;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
@@ -54,14 +58,113 @@ int BatchPool::RemoveStaleSegments(const std::string& instance) {
   return removed;
 }
 
+std::vector<std::string> BatchPool::SegmentLinks(const std::string& proc_dir,
+                                                 const std::string& instance) {
+  std::string prefix = "/memfd:" + SegmentName(instance, 0);
+  prefix.pop_back();  // "/memfd:carpool-<instance>-job-"
+  std::vector<std::string> links;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(proc_dir, ec)) {
+    std::error_code link_ec;  // an fd closed meanwhile reads as no link
+    const std::string target = std::filesystem::read_symlink(entry.path(), link_ec).string();
+    if (target.rfind(prefix, 0) != 0) continue;
+    const size_t end = target.find_first_not_of("0123456789", prefix.size());
+    if (end > prefix.size() && end != std::string::npos && target[end] == ' ') {
+      links.push_back(entry.path().string());
+    }
+  }
+  return links;
+}
+
+namespace {
+
+// The live pools' memfds by name: how a session finds its job's segment to send, since the
+// engine hands the session only the job-info, which names the segment.
+struct LivePools {
+  Mutex mu;
+  std::map<std::string, int> fds GUARDED_BY(mu);
+};
+LivePools& Live() {
+  static LivePools* live = new LivePools();  // never destroyed: pools may outlive statics
+  return *live;
+}
+
+// MemAvailable of /proc/meminfo; the maximum when it cannot be read (the reservation decides).
+uint64_t MemAvailableBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return std::numeric_limits<uint64_t>::max();
+}
+
+// The memfd for a segment of `bytes`: 0600, its pages reserved, then sealed so that no holder
+// (the job's client has it read-write) can shrink it under the server's writes (a SIGBUS).
+Result<UniqueFd> CreateSegmentFd(const std::string& name, uint64_t job_id, uint32_t slot_count,
+                                 uint64_t slot_bytes, uint64_t bytes) {
+  UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.valid()) {
+    return Status::IOError(fmt::format("cannot create batch segment {} (memfd_create): {}", name,
+                                       std::strerror(errno)));
+  }
+  // A memfd starts at 0777; the descriptor alone gives access, the mode is a second lock.
+  if (::fchmod(fd.get(), 0600) != 0 || ::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+    return Status::IOError(fmt::format("cannot set up batch segment {} ({} bytes): {}", name, bytes,
+                                       std::strerror(errno)));
+  }
+  // Reserved now, so that a shortage is this error and not a SIGBUS at the first write. A memfd
+  // is outside /dev/shm's size limit: more than the memory available is refused before trying,
+  // rather than pushing the machine into the OOM killer.
+  const uint64_t available = MemAvailableBytes();
+  const int err =
+      bytes > available ? ENOMEM : ::posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes));
+  if (err != 0) {
+    return Status::ResourceExhausted(fmt::format(
+        "cannot reserve {} bytes of memory for job {}'s batch slots ({} x {} bytes): {} ({} "
+        "bytes available); lower the batch size or prefetch",
+        bytes, job_id, slot_count, slot_bytes, std::strerror(err), available));
+  }
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    return Status::IOError(
+        fmt::format("cannot seal batch segment {}: {}", name, std::strerror(errno)));
+  }
+  return fd;
+}
+
+}  // namespace
+
+Result<UniqueFd> BatchPool::ShareSegment(const std::string& name) {
+  LivePools& live = Live();
+  MutexLock lock(live.mu);
+  auto it = live.fds.find(name);
+  if (it == live.fds.end()) {
+    return Status::NotFound(
+        fmt::format("no live batch segment {} in this server to send; its job was removed", name));
+  }
+  UniqueFd copy(::fcntl(it->second, F_DUPFD_CLOEXEC, 0));
+  if (!copy.valid()) {
+    return Status::IOError(fmt::format("cannot duplicate batch segment {}'s descriptor: {}", name,
+                                       std::strerror(errno)));
+  }
+  return copy;
+}
+
+size_t BatchPool::LiveCount() {
+  LivePools& live = Live();
+  MutexLock lock(live.mu);
+  return live.fds.size();
+}
+
 // Not analyzed: the new object is not shared yet, so its guarded members need no lock.
-Result<std::unique_ptr<BatchPool>> BatchPool::Create(
-    const std::string& name, uint64_t job_id, uint32_t slot_count, uint64_t slot_bytes,
-    const cache::ClientAccess& access) NO_THREAD_SAFETY_ANALYSIS {
-  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos ||
-      name.size() > 200) {
+Result<std::unique_ptr<BatchPool>> BatchPool::Create(const std::string& name, uint64_t job_id,
+                                                     uint32_t slot_count, uint64_t slot_bytes)
+    NO_THREAD_SAFETY_ANALYSIS {
+  if (name.empty() || name.find('/') != std::string::npos || name.size() > 200) {
     return Status::InvalidArgument(
-        fmt::format("batch segment name \"{}\" must look like /name (no other '/')", name));
+        fmt::format("batch segment name \"{}\" must be 1..200 characters without '/'", name));
   }
   auto geometry = slots::ComputeGeometry(slot_count, slot_bytes);
   if (!geometry.ok()) return geometry.status();
@@ -73,37 +176,15 @@ Result<std::unique_ptr<BatchPool>> BatchPool::Create(
   pool->slot_bytes_ = slot_bytes;
   pool->geometry_ = *geometry;
   pool->state_.assign(slot_count, slots::SlotState::kFree);
-  const char* shm_name = name.c_str() + 1;  // Boost adds the leading '/'
-  try {
-    // A segment left by a crashed server with the same instance name is stale by construction.
-    bip::shared_memory_object::remove(shm_name);
-    bip::permissions perms(0600);  // a group, if any, gets access next (cache/client_access.h)
-    bip::shared_memory_object shm(bip::create_only, shm_name, bip::read_write, perms);
-    Status shared =
-        cache::ApplyClientAccess(shm.get_mapping_handle().handle, access,
-                                 fmt::format("job {}'s batch segment {}", job_id, name));
-    if (!shared.ok()) {
-      bip::shared_memory_object::remove(shm_name);
-      return shared;
-    }
-    shm.truncate(static_cast<bip::offset_t>(geometry->total_bytes));
-    Status reserved = cache::ReserveShm(
-        shm.get_mapping_handle().handle, geometry->total_bytes,
-        fmt::format("job {}'s batch slots ({} x {} bytes)", job_id, slot_count, slot_bytes),
-        "lower the batch size or prefetch, or make /dev/shm larger");
-    if (!reserved.ok()) {
-      bip::shared_memory_object::remove(shm_name);
-      return reserved;
-    }
-    pool->region_ =
-        std::make_unique<bip::mapped_region>(shm, bip::read_write, 0, geometry->total_bytes);
-  } catch (const bip::interprocess_exception& e) {
-    bip::shared_memory_object::remove(shm_name);
-    return Status::IOError(fmt::format(
-        "cannot create batch segment {} ({} bytes): {}; check that /dev/shm has room",
-        name, geometry->total_bytes, e.what()));
-  }
-  pool->base_ = static_cast<uint8_t*>(pool->region_->get_address());
+  Result<UniqueFd> fd =
+      CreateSegmentFd(name, job_id, slot_count, slot_bytes, geometry->total_bytes);
+  if (!fd.ok()) return fd.status();
+  auto region = protocol::SharedMapping::Map(fd->get(), geometry->total_bytes,
+                                             fmt::format("batch segment {}", name));
+  if (!region.ok()) return region.status();
+  pool->fd_ = std::move(*fd);
+  pool->region_ = std::move(*region);
+  pool->base_ = pool->region_->data();
   slots::SegmentHeader h{};
   h.magic = slots::kSegmentMagic;
   h.version = slots::kSegmentVersion;
@@ -118,15 +199,21 @@ Result<std::unique_ptr<BatchPool>> BatchPool::Create(
     new (pool->base_ + geometry->headers_offset + uint64_t{i} * sizeof(slots::SlotHeader))
         slots::SlotHeader{{0}, {static_cast<uint32_t>(slots::SlotState::kFree)}};
   }
+  LivePools& live = Live();
+  MutexLock lock(live.mu);
+  if (!live.fds.emplace(name, pool->fd_.get()).second) {
+    return Status::AlreadyExists(
+        fmt::format("batch segment {} exists already in this server; two jobs got one id", name));
+  }
   return pool;
 }
 
 BatchPool::~BatchPool() {
   Shutdown();
-  region_.reset();
-  if (!bip::shared_memory_object::remove(name_.c_str() + 1)) {
-    log::Warn("batch segment {} was already gone at job removal", name_);
-  }
+  LivePools& live = Live();
+  MutexLock lock(live.mu);
+  auto it = live.fds.find(name_);
+  if (it != live.fds.end() && it->second == fd_.get()) live.fds.erase(it);
 }
 
 slots::SlotHeader& BatchPool::Header(uint32_t slot) {

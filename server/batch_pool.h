@@ -1,13 +1,13 @@
-// A job's CPU batch slots: one shared-memory segment (mode 0600, or 0660 and a group with --group;
-// cache/client_access.h) holding slot_count slots of fixed
-// capacity, laid out as protocol/batch_slot_layout.h says. The slot count is the job's prefetch
-// depth, so "a free slot exists" is exactly "the job has a credit": the engine can never have more
-// than prefetch unreleased batches. Thread-safe: the engine acquires and publishes from its
-// threads while the control plane releases from the io thread.
+// A job's CPU batch slots: one memfd (mode 0600, sealed against resizing, named nowhere in
+// /dev/shm) holding slot_count slots of fixed capacity, laid out as protocol/batch_slot_layout.h
+// says. Only the job's own process gets it: its session sends it with the job-info (ShareSegment).
+// The slot count is the job's prefetch depth, so "a free slot exists" is exactly "the job has a
+// credit": the engine can never have more than prefetch unreleased batches. Thread-safe: the engine
+// acquires and publishes from its threads while the control plane releases from the io thread.
 //
 // Slot life: kFree --Acquire--> kWriting --Publish (generation+1)--> kPublished --Release--> kFree.
 // kWriting --Abandon--> kFree (a batch that could not be built). ReleaseAll returns every slot,
-// e.g. when the job's client died. The destructor unmaps and unlinks the segment; clients that
+// e.g. when the job's client died. The destructor unmaps and closes the segment; clients that
 // still map it keep their view until they unmap.
 #ifndef CARPOOL_SERVER_BATCH_POOL_H_
 #define CARPOOL_SERVER_BATCH_POOL_H_
@@ -21,15 +21,12 @@
 #include <string>
 #include <vector>
 
-#include "cache/client_access.h"
 #include "carpool/mutex.h"
 #include "carpool/status.h"
+#include "carpool/unique_fd.h"
 #include "protocol/batch_slot_layout.h"
 #include "protocol/protocol.h"
-
-namespace boost::interprocess {
-class mapped_region;
-}
+#include "protocol/segment_fd.h"
 
 namespace carpool {
 
@@ -47,19 +44,30 @@ protocol::BatchReady MakeBatchReady(uint64_t job_id, uint32_t slot, uint64_t gen
 
 class BatchPool {
  public:
-  // The shm name for a job: "/carpool-<instance>-job-<id>". instance must be [A-Za-z0-9_-]+.
+  // The memfd's name for a job, "carpool-<instance>-job-<id>" (/proc/<pid>/fd shows
+  // "/memfd:<name> (deleted)"). instance must be [A-Za-z0-9_-]+.
   static std::string SegmentName(const std::string& instance, uint64_t job_id);
 
-  // Unlinks every segment of `instance` left in /dev/shm by a server that died without cleaning
-  // up (its jobs are gone with it). Call at server start. Returns how many were removed.
+  // Unlinks every /dev/shm segment of `instance` that a server before protocol 5 (which named
+  // its batch segments there) left when it died. Call at server start. Returns how many.
   static int RemoveStaleSegments(const std::string& instance);
 
-  // Creates (exclusively; a leftover segment of the same name is removed first) and maps the
-  // segment, open to `access`. Fails with InvalidArgument on a bad geometry, IOError when shm is
-  // unavailable or the access cannot be given.
+  // Creates and maps the segment, named `name` (unique among this process's live pools), 0600
+  // under --group too: the job's process gets it by fd. Fails with InvalidArgument on a bad
+  // geometry or name, AlreadyExists for a name in use, ResourceExhausted when the memory
+  // available cannot hold it, IOError when memfd_create fails.
   static Result<std::unique_ptr<BatchPool>> Create(const std::string& name, uint64_t job_id,
-                                                   uint32_t slot_count, uint64_t slot_bytes,
-                                                   const cache::ClientAccess& access = {});
+                                                   uint32_t slot_count, uint64_t slot_bytes);
+  // A new descriptor of the live pool named `name`, for its session to send to the job's
+  // process. NotFound when no pool of this process has that name (its job was removed).
+  static Result<UniqueFd> ShareSegment(const std::string& name);
+  // The pools alive in this process, of every instance: what a clean stop brings to 0.
+  static size_t LiveCount();
+  // The links in `proc_dir` (/proc/<pid>/fd, or /proc/<pid>/map_files as root) to batch segments
+  // of `instance` ("/memfd:carpool-<instance>-job-<id> (deleted)"), as paths; none when it cannot
+  // be read.
+  static std::vector<std::string> SegmentLinks(const std::string& proc_dir,
+                                               const std::string& instance);
   ~BatchPool();
   BatchPool(const BatchPool&) = delete;
   BatchPool& operator=(const BatchPool&) = delete;
@@ -96,7 +104,8 @@ class BatchPool {
   uint32_t slot_count_ = 0;
   uint64_t slot_bytes_ = 0;
   slots::SegmentGeometry geometry_;
-  std::unique_ptr<boost::interprocess::mapped_region> region_;
+  UniqueFd fd_;  // the memfd, kept to share it
+  std::unique_ptr<protocol::SharedMapping> region_;
   uint8_t* base_ = nullptr;
 
   mutable Mutex mu_;

@@ -53,7 +53,6 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   co.instance = options.instance;
   co.capacity_bytes = options.cache_bytes;
   co.policy = options.policy;
-  co.access = options.access;
   Result<std::unique_ptr<cache::SampleCache>> cache = cache::SampleCache::Create(
       co, options.policy == cache::EvictionPolicy::kNextUse ? e->scheduler_.get() : nullptr);
   if (!cache.ok()) return cache.status();
@@ -241,7 +240,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   }
   Result<std::unique_ptr<BatchPool>> pool =
       BatchPool::Create(BatchPool::SegmentName(options_.instance, job->id), job->id,
-                        request.prefetch, full.total_bytes, options_.access);
+                        request.prefetch, full.total_bytes);
   if (!pool.ok()) return pool.status();
   job->pool = std::move(*pool);
 

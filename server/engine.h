@@ -53,7 +53,6 @@ struct EngineOptions {
   std::string instance = "default";  // names the cache and batch slot segments
   uint64_t cache_bytes = kDefaultCacheBytes;  // 0: no cache, every delivery prepared (baseline)
   cache::EvictionPolicy policy = cache::EvictionPolicy::kRefCnt;
-  cache::ClientAccess access;  // of the cache and batch segments (--group)
   uint32_t workers = 0;  // 0: the number of cores
   uint64_t lookahead = kDefaultLookahead;  // --lookahead: an override of the derived L
   bool pacing = true;                      // --pacing on|off (docs/scheduler.md "Pacing")

@@ -1,7 +1,8 @@
-// The server instance name, which names its shared-memory segments ("carpool-<instance>" and
-// "carpool-<instance>-job-<id>"). It derives from the socket path, so it is stable across
-// restarts: a server restarted after a crash finds and replaces what the crashed one left in
-// /dev/shm. Two servers on different sockets never collide. Thread-safe.
+// The server instance name, which names its cache segment ("carpool-<instance>" in /dev/shm) and
+// its batch segments' memfds ("carpool-<instance>-job-<id>"). It derives from the socket path, so
+// it is stable across restarts: a server restarted after a crash finds and replaces the cache
+// segment the crashed one left in /dev/shm. Two servers on different sockets never collide.
+// Thread-safe.
 #ifndef CARPOOL_SERVER_INSTANCE_NAME_H_
 #define CARPOOL_SERVER_INSTANCE_NAME_H_
 

@@ -1,12 +1,16 @@
 #include "server/session.h"
 
+#include <errno.h>
 #include <fmt/format.h>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <cstring>
 
 #include "carpool/log.h"
+#include "protocol/segment_fd.h"
+#include "server/batch_pool.h"
 #include "server/control_plane.h"
 
 namespace carpool {
@@ -182,9 +186,19 @@ void Session::FinishCreateJob(const protocol::CreateJob& r, Result<protocol::Job
   }
   job_id_ = info->job_id;
   credits_ = r.prefetch;
+  // The segment goes to this connection only, as the fd attached to its job-info (so do the
+  // GPU job's CUDA IPC handle and device slots, inside that frame).
+  Result<UniqueFd> segment = BatchPool::ShareSegment(info->segment_name);
+  if (!segment.ok()) {
+    log::Error("job {}: {}", info->job_id, segment.status().ToString());
+    Reply(protocol::Error{StatusCode::kInternal, segment.status().message()});
+    closing_ = true;  // closes once the error is out, and removes the job
+    if (!writing_) Close("its batch segment could not be sent");
+    return;
+  }
   log::Info("job {} created: dataset {} batch {} epochs {} prefetch {}", info->job_id, r.dataset,
             r.batch_size, r.epochs, r.prefetch);
-  Reply(*info);
+  Reply(*info, std::move(*segment));
   std::vector<std::function<void()>> held = std::move(held_);
   held_.clear();
   for (auto& fn : held) fn();
@@ -225,18 +239,19 @@ void Session::Reject(const Status& status) {
   if (!writing_) Close("protocol violation");
 }
 
-void Session::Reply(const protocol::Message& message) {
+void Session::Reply(const protocol::Message& message, UniqueFd fd) {
   auto frame = protocol::EncodeFrame(message);
   if (!frame.ok()) {
     log::Error("cannot encode a {} reply: {}",
                protocol::MessageTypeName(protocol::TypeOf(message)), frame.status().message());
     frame = protocol::EncodeFrame(protocol::Error{StatusCode::kInternal,
                                                   "reply could not be encoded; see server log"});
+    fd.Reset();  // an error frame carries none
   }
-  QueueFrame(std::move(*frame));
+  QueueFrame(std::move(*frame), std::move(fd));
 }
 
-void Session::QueueFrame(std::vector<uint8_t> frame) {
+void Session::QueueFrame(std::vector<uint8_t> frame, UniqueFd fd) {
   if (closed_ || closing_) return;  // after a violation only the error frame goes out
   // A client that keeps asking but never reads must not grow the server's memory without bound.
   outbox_bytes_ += frame.size();
@@ -245,7 +260,7 @@ void Session::QueueFrame(std::vector<uint8_t> frame) {
                       outbox_bytes_, kMaxOutboxBytes));
     return;
   }
-  outbox_.push_back(std::move(frame));
+  outbox_.push_back(Outgoing{std::move(frame), std::move(fd)});
   if (!writing_) WriteNext();
 }
 
@@ -256,14 +271,42 @@ void Session::WriteNext() {
     return;
   }
   writing_ = true;
-  asio::async_write(socket_, asio::buffer(outbox_.front()),
+  if (outbox_.front().fd.valid()) return WriteWithFd();
+  asio::async_write(socket_, asio::buffer(outbox_.front().frame),
                     [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                      if (self->closed_) return;
-                      if (ec) return self->Close("write failed: " + ec.message());
-                      self->outbox_bytes_ -= self->outbox_.front().size();
-                      self->outbox_.pop_front();
-                      self->WriteNext();
+                      self->Written(ec);
                     });
+}
+
+void Session::WriteWithFd() {
+  Outgoing& out = outbox_.front();
+  const int fd = out.fd.get();
+  const ssize_t n = protocol::SendWithFds(socket_.native_handle(), out.frame.data(),
+                                          out.frame.size(), {&fd, 1});
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    socket_.async_wait(asio::socket_base::wait_write,
+                       [self = shared_from_this()](const boost::system::error_code& ec) {
+                         if (self->closed_) return;
+                         if (ec) return self->Close("write failed: " + ec.message());
+                         self->WriteWithFd();
+                       });
+    return;
+  }
+  if (n <= 0) return Close(fmt::format("write failed: {}", std::strerror(errno)));
+  out.fd.Reset();  // it went with the first byte; our copy is no longer needed
+  asio::async_write(socket_,
+                    asio::buffer(out.frame.data() + n, out.frame.size() - static_cast<size_t>(n)),
+                    [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                      self->Written(ec);
+                    });
+}
+
+void Session::Written(const boost::system::error_code& ec) {
+  if (closed_) return;
+  if (ec) return Close("write failed: " + ec.message());
+  outbox_bytes_ -= outbox_.front().frame.size();
+  outbox_.pop_front();
+  WriteNext();
 }
 
 void Session::Close(const std::string& reason) {

@@ -18,6 +18,7 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "carpool/unique_fd.h"
 #include "protocol/protocol.h"
 #include "server/job_service.h"
 
@@ -48,9 +49,12 @@ class Session : public JobSink, public std::enable_shared_from_this<Session> {
   void OnRelease(const protocol::Release& release);
   // Sends an error and closes once it is written: for protocol violations.
   void Reject(const Status& status);
-  void Reply(const protocol::Message& message);
-  void QueueFrame(std::vector<uint8_t> frame);
+  void Reply(const protocol::Message& message, UniqueFd fd = {});
+  void QueueFrame(std::vector<uint8_t> frame, UniqueFd fd);
   void WriteNext();
+  // Sends the front frame's first bytes with its fd attached (sendmsg), then the rest as usual.
+  void WriteWithFd();
+  void Written(const boost::system::error_code& ec);
   void PostFrame(const protocol::Message& message);  // any thread
   void SendBatch(const protocol::BatchReady& batch);  // io thread
   void ArmLeaseTimer();
@@ -60,7 +64,11 @@ class Session : public JobSink, public std::enable_shared_from_this<Session> {
   ControlPlane& plane_;
   uint8_t header_[protocol::kFrameHeaderBytes];
   std::vector<uint8_t> payload_;
-  std::deque<std::vector<uint8_t>> outbox_;
+  struct Outgoing {
+    std::vector<uint8_t> frame;
+    UniqueFd fd;  // the job-info's batch segment, sent with the frame's first byte
+  };
+  std::deque<Outgoing> outbox_;
   size_t outbox_bytes_ = 0;
   static constexpr size_t kMaxOutboxBytes = 8u << 20;
   bool writing_ = false;

@@ -1,6 +1,8 @@
 #include "server/batch_pool.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -15,8 +17,17 @@
 namespace carpool {
 namespace {
 
-std::string UniqueName(const char* tag) {
-  return BatchPool::SegmentName(fmt::format("test{}-{}", ::getpid(), tag), 7);
+std::string UniqueInstance(const char* tag) { return fmt::format("test{}-{}", ::getpid(), tag); }
+std::string UniqueName(const char* tag) { return BatchPool::SegmentName(UniqueInstance(tag), 7); }
+size_t OwnSegments(const char* tag) {
+  return BatchPool::SegmentLinks("/proc/self/fd", UniqueInstance(tag)).size();
+}
+
+// What the session sends with the job-info: a descriptor of the pool's segment.
+UniqueFd Share(const BatchPool& pool) {
+  Result<UniqueFd> fd = BatchPool::ShareSegment(pool.name());
+  EXPECT_TRUE(fd.ok()) << fd.status().ToString();
+  return fd.ok() ? std::move(*fd) : UniqueFd();
 }
 
 protocol::JobInfo InfoFor(const BatchPool& pool, std::vector<uint32_t> shape) {
@@ -83,54 +94,83 @@ TEST(BatchPoolTest, AcquirePublishReleaseWithGenerations) {
   EXPECT_EQ(p.FreeCount(), 3u);
 }
 
-TEST(BatchPoolTest, SegmentIsPrivateAndUnlinkedOnDestruction) {
-  std::string name = UniqueName("mode");
-  std::string path = "/dev/shm" + name;
+// Named nowhere in /dev/shm; reachable only through a descriptor the server hands out; 0600 and
+// sealed, so the job's process, which maps it read-write, cannot resize it under the server.
+TEST(BatchPoolTest, SegmentIsAPrivateSealedMemfdClosedWithThePool) {
+  const std::string name = UniqueName("mode");
+  const size_t live = BatchPool::LiveCount();
   {
     auto pool = BatchPool::Create(name, 7, 2, 4096);
-    ASSERT_TRUE(pool.ok());
-    struct stat st;
-    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    EXPECT_EQ(BatchPool::LiveCount(), live + 1);
+    EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + name));
+    EXPECT_EQ(OwnSegments("mode"), 1u)
+        << "the pool holds its memfd";
+    UniqueFd fd = Share(**pool);
+    ASSERT_TRUE(fd.valid());
+    struct stat st {};
+    ASSERT_EQ(::fstat(fd.get(), &st), 0);
     EXPECT_EQ(st.st_mode & 0777, 0600u);
     EXPECT_GE(static_cast<uint64_t>(st.st_size), 2u * 4096);
+    const int seals = ::fcntl(fd.get(), F_GET_SEALS);
+    EXPECT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+              F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    EXPECT_NE(::ftruncate(fd.get(), 0), 0) << "a holder must not shrink the server's slots";
+    EXPECT_EQ(errno, EPERM);
   }
-  struct stat st;
-  EXPECT_NE(::stat(path.c_str(), &st), 0) << "segment must be unlinked";
+  EXPECT_EQ(BatchPool::LiveCount(), live);
+  EXPECT_EQ(OwnSegments("mode"), 0u)
+      << "the pool's descriptor must be closed";
+  EXPECT_EQ(BatchPool::ShareSegment(name).status().code(), StatusCode::kNotFound);
 }
 
+TEST(BatchPoolTest, OneLiveSegmentPerName) {
+  const std::string name = UniqueName("twice");
+  auto first = BatchPool::Create(name, 7, 1, 64);
+  ASSERT_TRUE(first.ok());
+  auto second = BatchPool::Create(name, 7, 1, 64);
+  EXPECT_EQ(second.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(BatchPool::ShareSegment(name).ok()) << "the failed twin must not unregister it";
+}
+
+// Batch segments named in /dev/shm by a server before protocol 5 that died.
 TEST(BatchPoolTest, RemovesOnlyTheInstancesStaleSegments) {
   std::string mine = fmt::format("test{}-stale", ::getpid());
   std::string other = fmt::format("test{}-stale2", ::getpid());
-  auto a = BatchPool::Create(BatchPool::SegmentName(mine, 1), 1, 1, 64);
-  auto b = BatchPool::Create(BatchPool::SegmentName(mine, 22), 22, 1, 64);
-  auto c = BatchPool::Create(BatchPool::SegmentName(other, 1), 1, 1, 64);
-  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  for (const std::string& name :
+       {BatchPool::SegmentName(mine, 1), BatchPool::SegmentName(mine, 22),
+        BatchPool::SegmentName(other, 1)}) {
+    UniqueFd fd(::shm_open(("/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
+    ASSERT_TRUE(fd.valid()) << name << ": " << std::strerror(errno);
+  }
   EXPECT_EQ(BatchPool::RemoveStaleSegments(mine), 2);
-  struct stat st;
-  EXPECT_NE(::stat(("/dev/shm" + (*a)->name()).c_str(), &st), 0);
-  EXPECT_EQ(::stat(("/dev/shm" + (*c)->name()).c_str(), &st), 0) << "another instance's segment";
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + BatchPool::SegmentName(mine, 1)));
+  EXPECT_TRUE(std::filesystem::exists("/dev/shm/" + BatchPool::SegmentName(other, 1)))
+      << "another instance's segment";
   EXPECT_EQ(BatchPool::RemoveStaleSegments(mine), 0);
+  ::shm_unlink(("/" + BatchPool::SegmentName(other, 1)).c_str());
 }
 
-TEST(BatchPoolTest, MoreThanDevShmHoldsIsAClearErrorNotSigbus) {
-  struct statvfs fs {};
-  ASSERT_EQ(::statvfs("/dev/shm", &fs), 0);
-  const uint64_t total = uint64_t{fs.f_blocks} * fs.f_frsize;
+TEST(BatchPoolTest, MoreThanMemoryHoldsIsAClearErrorNotSigbus) {
+  const uint64_t total = uint64_t{static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES))} *
+                         static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const std::string name = UniqueName("huge");
-  // Two slots each larger than half of /dev/shm: ftruncate alone would accept this.
+  // Two slots each larger than half of memory: ftruncate alone would accept this.
   auto pool = BatchPool::Create(name, 7, 2, total / 2 + (64u << 20));
   ASSERT_FALSE(pool.ok());
   EXPECT_EQ(pool.status().code(), StatusCode::kResourceExhausted) << pool.status().ToString();
-  EXPECT_NE(pool.status().message().find("/dev/shm"), std::string::npos);
-  EXPECT_FALSE(std::filesystem::exists("/dev/shm" + name)) << "a failed create must not leak";
+  EXPECT_NE(pool.status().message().find("lower the batch size or prefetch"), std::string::npos);
+  EXPECT_EQ(OwnSegments("huge"), 0u)
+      << "a failed create must not leak";
+  EXPECT_EQ(BatchPool::ShareSegment(name).status().code(), StatusCode::kNotFound);
 }
 
 TEST(BatchPoolTest, RejectsBadGeometryAndNames) {
   EXPECT_FALSE(BatchPool::Create(UniqueName("bad"), 7, 0, 100).ok());
   EXPECT_FALSE(BatchPool::Create(UniqueName("bad"), 7, 2, 0).ok());
   EXPECT_FALSE(BatchPool::Create(UniqueName("bad"), 7, 1u << 20, 1ull << 30).ok());
-  EXPECT_FALSE(BatchPool::Create("no-slash", 7, 1, 100).ok());
-  EXPECT_FALSE(BatchPool::Create("/a/b", 7, 1, 100).ok());
+  EXPECT_FALSE(BatchPool::Create("", 7, 1, 100).ok());
+  EXPECT_FALSE(BatchPool::Create("a/b", 7, 1, 100).ok());
 }
 
 TEST(BatchPoolTest, AcquireWaitsForReleaseAndShutdownWakes) {
@@ -164,12 +204,13 @@ TEST(BatchPoolTest, ForkedClientReadsAndWritesItsBatchInPlace) {
   ASSERT_TRUE(pool.ok());
   protocol::JobInfo info = InfoFor(**pool, {2, 3, 4});  // 24 bytes per uint8 sample
   protocol::BatchReady ready = FillAndPublish(**pool, 4, 24, 9);
+  UniqueFd segment = Share(**pool);
 
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     // The client side: no gtest assertions here, just an exit code per failed check.
-    auto mapping = SlotMapping::Open(info);
+    auto mapping = SlotMapping::Open(info, std::move(segment));
     if (!mapping.ok()) ::_exit(10);
     auto view = (*mapping)->View(ready);
     if (!view.ok()) ::_exit(11);
@@ -203,7 +244,7 @@ TEST(BatchPoolTest, ClientMappingRejectsInconsistentBatches) {
   ASSERT_TRUE(pool.ok());
   protocol::JobInfo info = InfoFor(**pool, {24});
   protocol::BatchReady ready = FillAndPublish(**pool, 4, 24, 1);
-  auto mapping = SlotMapping::Open(info);
+  auto mapping = SlotMapping::Open(info, Share(**pool));
   ASSERT_TRUE(mapping.ok()) << mapping.status().ToString();
   EXPECT_TRUE((*mapping)->View(ready).ok());
 
@@ -231,13 +272,14 @@ TEST(BatchPoolTest, ClientMappingRejectsInconsistentBatches) {
 
   auto wrong = info;
   wrong.slot_count = 3;
-  EXPECT_FALSE(SlotMapping::Open(wrong).ok());
+  EXPECT_FALSE(SlotMapping::Open(wrong, Share(**pool)).ok());
   wrong = info;
   wrong.job_id = 8;
-  EXPECT_EQ(SlotMapping::Open(wrong).status().code(), StatusCode::kCorruption);
-  wrong = info;
-  wrong.segment_name = UniqueName("missing");
-  EXPECT_EQ(SlotMapping::Open(wrong).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(SlotMapping::Open(wrong, Share(**pool)).status().code(), StatusCode::kCorruption);
+  Status no_fd = SlotMapping::Open(info, UniqueFd()).status();
+  EXPECT_EQ(no_fd.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(no_fd.message().find("came without its file descriptor"), std::string::npos)
+      << no_fd.message();
 }
 
 }  // namespace

@@ -96,6 +96,7 @@ class ServerProcess {
     return nullptr;
   }
   void Signal(int sig) { ::kill(pid_, sig); }
+  pid_t pid() const { return pid_; }
   void KillAndReap() {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
@@ -340,10 +341,10 @@ void ExpectJobRemovedWithinLease(ServerProcess& server, Client& client, int sign
   ASSERT_GT(::read(fds[0], buf, sizeof(buf) - 1), 0);
   ::close(fds[0]);
   ::close(fds[1]);
-  uint64_t job_id = std::stoull(buf);
-  std::string shm = "/dev/shm" + BatchPool::SegmentName(server.instance(), job_id);
-  struct stat st;
-  ASSERT_EQ(::stat(shm.c_str(), &st), 0) << shm;
+  ASSERT_GT(std::stoull(buf), 0u);
+  const std::string server_fds = fmt::format("/proc/{}/fd", server.pid());
+  ASSERT_EQ(BatchPool::SegmentLinks(server_fds, server.instance()).size(), 1u)
+      << "the server holds the job's batch segment";
   ASSERT_EQ(JsonInt(*client.Stats(), "active_jobs"), 1);
 
   auto t0 = Clock::now();
@@ -356,7 +357,8 @@ void ExpectJobRemovedWithinLease(ServerProcess& server, Client& client, int sign
   auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
   EXPECT_EQ(active, 0);
   EXPECT_LT(took, 300ms + 700ms) << "lease is 300 ms";
-  EXPECT_NE(::stat(shm.c_str(), &st), 0) << "the job's slots (segment) must be returned";
+  EXPECT_EQ(BatchPool::SegmentLinks(server_fds, server.instance()).size(), 0u)
+      << "the job's slots (segment) must be returned";
   ::kill(holder, SIGKILL);
   ::waitpid(holder, nullptr, 0);
 }

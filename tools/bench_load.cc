@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "carpool/client.h"
+#include "server/batch_pool.h"
 #include "server/instance_name.h"
 #include "tools/bench_e2e_procs.h"
 #include "tools/cache_fraction.h"
@@ -43,9 +44,10 @@ A bounded load and churn test: a fresh server on a temporary state directory, an
 `carpool consume` jobs at once on Fashion-MNIST (fm, 60,000) and sets derived from it (fm-a,
 fm-b: 30,000 each, overlapping by 10,000; fm-s: 5,000), batch sizes 16-512, 1-20 ms per step and
 1-3 epochs. Jobs keep joining; about half finish, a quarter disconnect mid-epoch (SIGTERM) and a
-quarter are killed (SIGKILL). Every 10 s: the server's RSS, open fds, /dev/shm segments,
-refcount_total and pins. At the end: each finished job's rate against its fair share, the p50,
-p99 and max wait for a batch, the failures, and whether the server is back to its idle baseline.
+quarter are killed (SIGKILL). Every 10 s: the server's RSS, open fds, segments (the cache in
+/dev/shm and each job's batch segment, a memfd among the fds), refcount_total and pins. At the
+end: each finished job's rate against its fair share, the p50, p99 and max wait for a batch, the
+failures, and whether the server is back to its idle baseline.
 The cache is stated as a fraction of the prepared set (fm: 60,000 samples of 28x28 bytes), and
 --cache-fraction sets it that way.
 Exit status 1 on any failure or leak. docs/benchmarks.md ("Issue 10") shows a run.
@@ -127,7 +129,11 @@ Sample Measure(pid_t server, const std::string& socket, double t) {
   s.rss_kib = ProcStatusKib(server, "VmRSS");
   s.anon_kib = ProcStatusKib(server, "RssAnon");  // private memory: the cache's pages are shared
   s.fds = CountEntries(fmt::format("/proc/{}/fd", server));
-  s.segments = CountEntries("/dev/shm", "carpool-" + InstanceNameForSocket(socket));
+  // The cache segment is named in /dev/shm; each job's batch segment is a memfd the server holds
+  // (/proc/<pid>/fd: "/memfd:carpool-<instance>-job-<id>"), which fds counts as well.
+  const std::string instance = InstanceNameForSocket(socket);
+  s.segments = CountEntries("/dev/shm", "carpool-" + instance) +
+               BatchPool::SegmentLinks(fmt::format("/proc/{}/fd", server), instance).size();
   Result<std::unique_ptr<Client>> client = Client::Connect(socket);
   if (!client.ok()) return s;
   Result<std::string> stats = (*client)->Stats();

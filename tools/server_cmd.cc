@@ -109,9 +109,9 @@ int Serve(int argc, char** argv) {
       "state-dir", po::value(&state_dir), "catalog and socket directory (default: see docs)")(
       "socket", po::value(&socket), "unix socket path (default <state-dir>/carpool.sock)")(
       "group", po::value(&group),
-      "share the socket and shared memory with this group (a name or gid): mode 0660 and that "
-      "group instead of 0600, so its members' jobs can connect; the socket's directory must let "
-      "them in (default: the server's user only)")(
+      "share the socket with this group (a name or gid): mode 0660 and that group instead of "
+      "0600, so its members' jobs can connect; the socket's directory must let them in. The "
+      "shared memory stays the server's and each job's own (default: the server's user only)")(
       "cache-size", po::value(&cache_size),
       "shared-memory sample cache, e.g. 512MiB or 8GiB; 0 = no cache (default 1GiB)")(
       "workers", po::value(&workers), "preparation/assembly threads (default: number of cores)")(
@@ -145,10 +145,11 @@ int Serve(int argc, char** argv) {
   if (auto rc = ParseCommandLine(argc, argv, "carpool server", kUsage, opts, &vm)) return *rc;
   InstallCrashReport();
   EngineOptions eo;
+  cache::ClientAccess access;  // of the socket
   if (vm.count("group") != 0) {
-    Result<cache::ClientAccess> access = cache::ResolveClientGroup(group);
-    if (!access.ok()) return Fail(access.status());
-    eo.access = *access;
+    Result<cache::ClientAccess> resolved = cache::ResolveClientGroup(group);
+    if (!resolved.ok()) return Fail(resolved.status());
+    access = *resolved;
   }
   Result<uint64_t> bytes = ParseByteCount("--cache-size", cache_size);
   if (!bytes.ok()) return Fail(bytes.status());
@@ -209,10 +210,11 @@ int Serve(int argc, char** argv) {
   Result<std::string> socket_path = ResolveSocketPath(socket, dir->string());
   if (!socket_path.ok()) return Fail(socket_path.status());
   eo.instance = InstanceNameForSocket(*socket_path);
-  if (eo.access.group) {
-    log::Info("server {}: socket and shared memory are mode 0660, group {} (gid {})", eo.instance,
-              group, *eo.access.group);
-    if (std::string closed = cache::FirstDirClosedToGroup(*socket_path, *eo.access.group);
+  if (access.group) {
+    log::Info("server {}: the socket is mode 0660, group {} (gid {}); the shared memory stays "
+              "0600",
+              eo.instance, group, *access.group);
+    if (std::string closed = cache::FirstDirClosedToGroup(*socket_path, *access.group);
         !closed.empty()) {
       log::Warn(
           "--group {}: its members cannot reach {}: the directory {} does not let them in; pass a "
@@ -238,7 +240,7 @@ int Serve(int argc, char** argv) {
   co.socket_path = *socket_path;
   co.instance = eo.instance;
   co.lease = *lease_ms;
-  co.access = eo.access;
+  co.access = access;
   if (max_jobs == 0) {
     fmt::print(stderr, "carpool server: --max-jobs 0 admits no job; use 1 or more (default 64)\n");
     return 1;
