@@ -1,0 +1,43 @@
+#!/bin/bash
+# On a GPU node: installs the platform wheel (scripts/wheel.sh) alone into a venv over the node's
+# own torch, with no CARPOOL_* variables set, and runs a 2-epoch cuda:0 job on 2,000 generated
+# JPEGs. Usage (carry the folder to the node): scripts/wheel_gpu_check.sh DIR, where DIR holds
+# carpool-*.whl and, for a node whose torch comes without numpy, deps/numpy-*.whl.
+set -euo pipefail
+DIR=${1:?usage: scripts/wheel_gpu_check.sh DIR (holding carpool-*.whl)}
+W=$(ls "$DIR"/carpool-*.whl)
+unset $(env | grep -o '^CARPOOL_[A-Z_]*' || true)
+nvidia-smi --query-gpu=name --format=csv,noheader
+# A venv over the node's own torch environment (/opt/torch/.venv): its site-packages by a .pth.
+python3 -m venv /tmp/v
+python3 -c "import site; print(site.getsitepackages()[0])" > /tmp/v/lib/python3.12/site-packages/node-torch.pth
+/tmp/v/bin/pip install --no-index --no-deps "$W" 2>&1 | tail -1
+# This node's torch comes without numpy, which carpool's Loader needs: numpy's own wheel, carried.
+/tmp/v/bin/python -c "import numpy" 2>/dev/null || /tmp/v/bin/pip install --no-index --no-deps "$DIR"/deps/numpy-*.whl 2>&1 | tail -1
+export PATH=/tmp/v/bin:$PATH
+which carpool; carpool --version || true
+env | grep ^CARPOOL_ || echo "no CARPOOL_ variables"
+cd /tmp
+carpool dataset gen /tmp/img --count 2000 --size 500x375 --classes 10 -q
+carpool dataset add img --dir /tmp/img --prepare resize=256,crop=224 --state-dir /tmp/st -q
+carpool server --state-dir /tmp/st --gpus all --cache-size 256MiB > /tmp/server.log 2>&1 &
+S=$!
+for i in $(seq 100); do [ -S /tmp/st/carpool.sock ] && break; sleep 0.1; done
+/tmp/v/bin/python - <<'PY'
+import time, torch, carpool
+print("carpool from", carpool.__file__)
+with carpool.Loader("img", batch_size=128, epochs=2, device="cuda:0",
+                    transform="flip|normalize(imagenet)|float16|nchw",
+                    state_dir="/tmp/st") as loader:
+    n = 0; t0 = time.time(); seen = set()
+    for epoch in range(loader.epochs):
+        for images, labels in loader:
+            assert images.is_cuda and images.device.index == 0, images.device
+            n += images.shape[0]
+            seen.update(loader.ids.tolist())
+    dt = time.time() - t0
+    print(f"cuda:0 job: {n} samples in {dt:.2f} s = {n/dt:.0f} img/s, images {tuple(images.shape)} {images.dtype} on {images.device}, distinct ids {len(seen)}")
+    print("stats:", {k: v for k, v in carpool.server_stats(state_dir="/tmp/st").items() if k in ("preparations", "deliveries", "sharing_ratio", "jobs")})
+PY
+kill $S; wait $S || true
+tail -3 /tmp/server.log
