@@ -84,7 +84,9 @@ class ControlPlane {
   std::thread thread_;
   // Both joined by Stop after the io thread.
   boost::asio::thread_pool joins_{2};    // RunJoin
-  boost::asio::thread_pool control_{2};  // RunControl
+  // Four: a large job's removal gives its samples back in parts for a second or more, and two of
+  // them at once must not hold up a small job's removal or a status.
+  boost::asio::thread_pool control_{4};  // RunControl
   bool bound_ = false;    // we created the socket file
   bool stopped_ = false;  // touched only by Start and Stop's caller
 };
