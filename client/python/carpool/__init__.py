@@ -10,10 +10,22 @@ Pure Python over libcarpool.so (ctypes), for any CPython >= 3.9. carpool.dataset
 derives datasets (through the `carpool` CLI). docs/python.md has the details.
 """
 
+from typing import Any
+
 from . import datasets
 from ._ffi import CarpoolError, library_path
-from .loader import Loader, server_stats, socket_path, state_dir
 from .server import Server, binary, cli
+
+_LOADER_NAMES = ("Loader", "server_stats", "socket_path", "state_dir")
+
+
+def __getattr__(name: str) -> Any:
+    # The loader needs numpy; imported on first use, so that the `carpool` command (and the
+    # datasets API) run where numpy is missing, e.g. a GPU node's bare torch environment.
+    if name in _LOADER_NAMES:
+        from . import loader
+        return getattr(loader, name)
+    raise AttributeError(f"module 'carpool' has no attribute {name!r}")
 
 __version__ = "0.1.0"
 __all__ = ["CarpoolError", "Loader", "Server", "binary", "cli", "datasets", "library_path",

@@ -1,0 +1,47 @@
+"""The `carpool` command and carpool.datasets need no numpy (a GPU node's torch environment may have
+none); the Loader imports it on first use and says so when it is missing."""
+
+import pathlib
+import subprocess
+import sys
+import unittest
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent
+
+# Runs in a child interpreter where importing numpy fails, as where it is not installed.
+BLOCK_NUMPY = """
+import sys
+class NoNumpy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy" or name.startswith("numpy."):
+            raise ModuleNotFoundError("No module named 'numpy'", name="numpy")
+        return None
+sys.meta_path.insert(0, NoNumpy())
+sys.path.insert(0, {package!r})
+"""
+
+
+def run_without_numpy(code):
+    return subprocess.run([sys.executable, "-c", BLOCK_NUMPY.format(package=str(PACKAGE)) + code],
+                          capture_output=True, text=True, timeout=60)
+
+
+class ImportWithoutNumpyTest(unittest.TestCase):
+    def test_command_and_datasets_import_without_numpy(self):
+        r = run_without_numpy("import carpool, carpool._command, carpool.datasets\n"
+                              "print('numpy' in sys.modules, carpool.binary.__name__)")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["False", "binary"])
+
+    def test_loader_without_numpy_names_the_missing_module(self):
+        r = run_without_numpy("import carpool\ncarpool.Loader")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("No module named 'numpy'", r.stderr)
+
+    def test_unknown_attribute_is_an_attribute_error(self):
+        r = run_without_numpy("import carpool\ncarpool.NoSuchThing")
+        self.assertIn("AttributeError: module 'carpool' has no attribute 'NoSuchThing'", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
