@@ -1,0 +1,47 @@
+#!/usr/bin/python3
+"""Check of examples/ray_tune_sweep.py, tiny (ctest: carpool_ray_tune_test): 4 trials 2 at a time
+on a local Ray, one carpool server started through carpool.ray. It must print a best trial, every
+completed epoch exactly once, a sharing ratio >= 1, 0 jobs and refcount 0 after the sweep, and
+the server gone after ray.shutdown(). Runs in the venv of scripts/ray_venv.sh ($CARPOOL_RAY_PYTHON,
+default build-ray/venv/bin/python); exit 77 (skipped) where that venv does not exist."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from check_runner import check, run  # noqa: E402 (this folder)
+
+PYTHON = pathlib.Path(os.environ.get("CARPOOL_RAY_PYTHON", ROOT / "build-ray/venv/bin/python"))
+TINY = ["--trials", "4", "--parallel", "2", "--epochs", "2", "--train-samples", "1200",
+        "--test-samples", "1000", "--batch-size", "100"]
+
+
+def main():
+    if not PYTHON.exists():
+        print(f"SKIP: {PYTHON} not found; create it with scripts/ray_venv.sh (PyPI: ray[tune])")
+        return 77
+    r = subprocess.run([str(PYTHON), str(ROOT / "examples/ray_tune_sweep.py"), *TINY],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=500)
+    lines = [ln for ln in r.stdout.splitlines() if not re.match(r"^\s*[│╭╰├]", ln)]
+    print("\n".join(lines[-20:]), flush=True)
+    out = r.stdout
+    check(r.returncode == 0, f"ray_tune_sweep.py exited with {r.returncode}")
+    check(re.search(r"4 trials in [\d.]+ s: \d complete", out), "4 trials ran")
+    check(re.search(r"best trial: accuracy 0\.\d+ classes \S+ lr \S+", out), "a best trial line")
+    m = re.search(r"(\d+) epochs completed; (\d+) of them held every sample", out)
+    check(m and int(m.group(1)) >= 4 and m.group(1) == m.group(2),
+          "every completed epoch exactly once (at least one per trial)")
+    m = re.search(r"sharing ratio (\d+\.\d+); after the sweep 0 jobs, refcount 0", out)
+    check(m and float(m.group(1)) >= 1.0, "sharing ratio >= 1, then 0 jobs and refcount 0")
+    check("servers after ray.shutdown(): gone" in out, "the server went with Ray")
+    print("ray tune check: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    run(main, "ray tune check")
