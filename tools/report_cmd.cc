@@ -63,8 +63,8 @@ int RunReport(int argc, char** argv) {
   }
   const char* env_python = std::getenv("CARPOOL_PYTHON");
   std::string python = env_python != nullptr && *env_python != '\0' ? env_python
-                       : !package->python.empty()                    ? package->python
-                                                                     : "python3";
+                       : !package->python.empty()                   ? package->python
+                                                                    : "python3";
   const char* old_path = std::getenv("PYTHONPATH");
   std::string pythonpath = package->pythonpath.string();
   if (old_path != nullptr && *old_path != '\0') pythonpath += std::string(":") + old_path;

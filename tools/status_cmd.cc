@@ -153,8 +153,7 @@ std::optional<double> ParseWatchSeconds(const std::string& text) {
 }
 
 double UnixSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // Sleeps until `deadline` in short slices, so that SIGINT/SIGTERM end the wait within 50 ms.
@@ -172,8 +171,9 @@ int RecordSeries(Client* client, const std::string& path, double seconds) {
   const bool to_stdout = path == "-";
   std::FILE* out = to_stdout ? stdout : std::fopen(path.c_str(), "w");
   if (out == nullptr) {
-    fmt::print(stderr, "carpool status: cannot write --json-lines \"{}\": {}; pass a writable path\n",
-               path, std::strerror(errno));
+    fmt::print(stderr,
+               "carpool status: cannot write --json-lines \"{}\": {}; pass a writable path\n", path,
+               std::strerror(errno));
     return 1;
   }
   struct sigaction action = {};
@@ -262,8 +262,10 @@ int ShowStatus(int argc, char** argv) {
     return 2;
   }
   if (seconds && vm.count("interval-ms")) {
-    fmt::print(stderr, "carpool status: --watch {} and --interval-ms {} both set the period; pass "
-               "one of them\n", watch, interval_ms);
+    fmt::print(stderr,
+               "carpool status: --watch {} and --interval-ms {} both set the period; pass "
+               "one of them\n",
+               watch, interval_ms);
     return 2;
   }
   if (vm.count("json-lines") && vm.count("json")) {

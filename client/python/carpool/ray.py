@@ -67,7 +67,8 @@ def start_servers(state_dir: Union[str, "os.PathLike[str]"],
                            "(or ray.init(address=\"auto\") for a `ray start` cluster) first", 9)
     state = str(pathlib.Path(state_dir).resolve())
     actors = {node: NodeServer.options(
-        name=ACTOR_PREFIX + node, namespace=NAMESPACE, scheduling_strategy=NodeAffinitySchedulingStrategy(node, False),
+        name=ACTOR_PREFIX + node, namespace=NAMESPACE,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
     ).remote(state, setup, flags) for node in _alive_nodes()}
     _ACTORS.update(actors)
     return dict(zip(actors, ray.get([a.where.remote() for a in actors.values()])))

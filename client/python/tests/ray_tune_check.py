@@ -3,8 +3,9 @@
 on a local Ray, one carpool server started through carpool.ray. It must print a best trial, every
 completed epoch exactly once, a sharing ratio >= 1, 0 jobs and refcount 0 after the sweep, and
 the server gone after ray.shutdown(). Then, as `ray stop` would, it kills a server's actor with
-SIGKILL: the server must exit within 5 s (the parent-death signal). Runs in the venv of scripts/ray_venv.sh ($CARPOOL_RAY_PYTHON,
-default build-ray/venv/bin/python); exit 77 (skipped) where that venv does not exist."""
+SIGKILL: the server must exit within 5 s (the parent-death signal). Runs in the venv of
+scripts/ray_venv.sh ($CARPOOL_RAY_PYTHON, default build-ray/venv/bin/python); exit 77 (skipped)
+where that venv does not exist."""
 
 import os
 import pathlib

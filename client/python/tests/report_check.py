@@ -46,7 +46,8 @@ def check_rates(path, count):
     check(sorted(rates) == ["job 1 (fm)", "job 2 (fm-small)"], f"both jobs: {sorted(rates)}")
     for job, label in ((1, "job 1 (fm)"), (2, "job 2 (fm-small)")):
         times, values = rates[label]
-        check(all(abs(v - RATES[job]) < 1e-6 for v in values), f"{label} at {RATES[job]}/s: {values}")
+        check(all(abs(v - RATES[job]) < 1e-6 for v in values),
+              f"{label} at {RATES[job]}/s: {values}")
         check(len(times) == (19 if job == 1 else 9), f"{label}: a rate per pair of records")
 
 
