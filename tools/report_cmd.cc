@@ -1,6 +1,6 @@
 // `carpool report FILE [--out PNG]`: runs the Python package's report (client/python/carpool/
 // report.py, matplotlib) on a series that `carpool status --watch S --json-lines FILE` recorded.
-// The plotting lives in Python; this command finds the package and an interpreter for it.
+// The plotting lives in Python; this command finds report.py and an interpreter for it.
 #include <fmt/core.h>
 #include <unistd.h>
 
@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 // Where the package is, and the interpreter that layout implies (empty: none implied).
 struct PythonPackage {
-  fs::path pythonpath;  // the folder holding carpool/
+  fs::path pythonpath;  // the folder holding carpool/report.py
   std::string python;
 };
 
@@ -65,11 +65,17 @@ int RunReport(int argc, char** argv) {
   std::string python = env_python != nullptr && *env_python != '\0' ? env_python
                        : !package->python.empty()                   ? package->python
                                                                     : "python3";
-  const char* old_path = std::getenv("PYTHONPATH");
-  std::string pythonpath = package->pythonpath.string();
-  if (old_path != nullptr && *old_path != '\0') pythonpath += std::string(":") + old_path;
-  setenv("PYTHONPATH", pythonpath.c_str(), 1);
-  std::vector<std::string> words = {python, "-m", "carpool.report"};
+  // report.py is loaded by its path, without the package's __init__ (numpy, libcarpool.so): the
+  // drawing needs matplotlib only, and a missing matplotlib gets report.py's own message.
+  const std::string report = (package->pythonpath / "carpool" / "report.py").string();
+  std::vector<std::string> words = {
+      python, "-c",
+      "import importlib.util as u, sys\n"
+      "spec = u.spec_from_file_location('carpool_report', sys.argv[1])\n"
+      "module = u.module_from_spec(spec)\n"
+      "spec.loader.exec_module(module)\n"
+      "sys.exit(module.main(sys.argv[2:]))\n",
+      report};
   for (int i = 1; i < argc; ++i) words.emplace_back(argv[i]);
   std::vector<char*> exec_argv;
   for (std::string& w : words) exec_argv.push_back(w.data());
