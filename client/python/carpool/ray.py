@@ -64,7 +64,7 @@ def start_servers(state_dir: Union[str, "os.PathLike[str]"],
     first. Returns {node id: (socket, state dir)} once every server answers."""
     if not ray.is_initialized():
         raise CarpoolError("carpool.ray.start_servers needs a Ray connection; call ray.init() "
-                           "(or ray.init(address=\"auto\") for a `ray start` cluster) first", 9)
+                           "(or ray.init(address=\"auto\") for a `ray start` cluster) first", 6)
     state = str(pathlib.Path(state_dir).resolve())
     actors = {node: NodeServer.options(
         name=ACTOR_PREFIX + node, namespace=NAMESPACE,
@@ -80,7 +80,7 @@ def _actor(node: str):
     except ValueError as e:
         raise CarpoolError(f"no carpool server on Ray node {node} ({e}); call "
                            "carpool.ray.start_servers(...) in the driver after ray.init(), "
-                           "and before the tasks that read through it", 5) from None
+                           "and before the tasks that read through it", 2) from None
 
 
 def local_server() -> Tuple[str, str]:

@@ -3,7 +3,7 @@
 on a local Ray, one carpool server started through carpool.ray. It must print a best trial, every
 completed epoch exactly once, a sharing ratio >= 1, 0 jobs and refcount 0 after the sweep, and
 the server gone after ray.shutdown(). Then, as `ray stop` would, it kills a server's actor with
-SIGKILL: the server must exit within 5 s (the parent-death signal). Runs in the venv of
+SIGKILL: the server must exit within 5 s (the parent-death signal); stop_servers() first. Runs in the venv of
 scripts/ray_venv.sh ($CARPOOL_RAY_PYTHON, default build-ray/venv/bin/python); exit 77 (skipped)
 where that venv does not exist."""
 
@@ -47,7 +47,8 @@ def main():
     r = subprocess.run([str(PYTHON), __file__, "--kill-actor"], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=300)
     print(r.stdout[-1500:], flush=True)
-    check(r.returncode == 0 and "server exited after SIGKILL of its actor" in r.stdout,
+    check(r.returncode == 0 and "server exited after SIGKILL of its actor" in r.stdout
+          and "stop_servers: every server exited 0" in r.stdout,
           "a server whose actor is killed outright exits")
     print("ray tune check: passed")
     return 0
@@ -63,6 +64,13 @@ def kill_actor():
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT / "client" / "python")}})
     try:
         with tempfile.TemporaryDirectory(prefix="carpool-ray-kill-") as tmp:
+            nodes = carpool.ray.start_servers(tmp, cache_size="16MiB")
+            codes = carpool.ray.stop_servers()  # first the orderly way
+            socket = next(iter(nodes.values()))[0]
+            if set(codes.values()) != {0} or os.path.exists(socket):
+                print(f"stop_servers: exit codes {codes}, socket left: {os.path.exists(socket)}")
+                return 1
+            print("stop_servers: every server exited 0")
             carpool.ray.start_servers(tmp, cache_size="16MiB")
             ps = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], stdout=subprocess.PIPE,
                                 text=True, check=True).stdout
