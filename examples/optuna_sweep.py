@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import pathlib
+import signal
 import subprocess
 import sys
 import tempfile
@@ -201,9 +202,18 @@ def run_sweep(args, work):
         shares = [args.trials // args.parallel + (i < args.trials % args.parallel)
                   for i in range(args.parallel)]
         t0 = time.monotonic()
+        # --record: the server's status every second, for `carpool report FILE` afterwards.
+        recorder = subprocess.Popen([carpool.binary(), "status", "--watch", "1", "--json-lines",
+                                     args.record, "--socket", server.socket]) \
+            if args.record else None
         procs = [subprocess.Popen(worker_argv(args, n, args.seed + i))
                  for i, n in enumerate(shares) if n > 0]
         failed = [p.args for p in procs if p.wait() != 0]
+        if recorder:
+            time.sleep(2)  # a record or two after the last job left
+            recorder.send_signal(signal.SIGINT)
+            recorder.wait()
+            print(f"status series in {args.record}; draw it with 'carpool report {args.record}'")
         if failed:
             raise SystemExit(f"optuna_sweep.py: {len(failed)} worker(s) failed (output above)")
         stats = carpool.server_stats(socket=server.socket)
@@ -243,6 +253,8 @@ def parse_args():
                     help="the catalog and the server's socket (default: a temporary dir)")
     ap.add_argument("--prefix", help="name prefix of the sweep's datasets (default sweep-<time>-)")
     ap.add_argument("--keep-datasets", action="store_true")
+    ap.add_argument("--record", metavar="FILE", help="record the server's status every second "
+                    "to FILE (JSON lines) for 'carpool report FILE'")
     ap.add_argument("--remove", metavar="PREFIX", help="remove the datasets named PREFIX... "
                     "in --state-dir, then exit")
     for hidden in ("--worker-trials", "--worker-seed"):

@@ -24,6 +24,8 @@ PACKAGES=(
   python3 python3-numpy python3-torch python3-torchvision dataset-fashion-mnist
   # examples/optuna_sweep.py: trials of one study in several processes (Debian 12: optuna 3.1)
   python3-optuna
+  # `carpool report`: the PNG of a status series (client/python/carpool/report.py)
+  python3-matplotlib
 )
 
 missing=()

@@ -1,10 +1,18 @@
-// `carpool status`: the server's statistics (docs/server.md), as a table or as the server's JSON.
+// `carpool status`: the server's statistics (docs/server.md), as a table or as the server's JSON,
+// or recorded as a series of JSON lines (--watch SECONDS --json-lines FILE) for `carpool report`.
 #include <fmt/core.h>
 
 #include <boost/program_options.hpp>
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -104,21 +112,165 @@ void PrintTable(const Json& s) {
   }
 }
 
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void OnStopSignal(int signal) { g_stop_signal = signal; }
+
+// `--watch` alone keeps its old meaning (refresh every --interval-ms); `--watch SECONDS` sets the
+// period. Boost's implicit values never take the next word, so it is folded into --watch=SECONDS
+// (status takes no positional words, so the word after --watch can only be its value).
+// A negative number is taken too, so that its error names the value rather than an option "-1".
+bool IsWatchValue(const std::string& word) {
+  if (word.empty()) return false;
+  if (word[0] != '-') return true;
+  return word.size() > 1 && (std::isdigit(static_cast<unsigned char>(word[1])) || word[1] == '.');
+}
+
+std::vector<std::string> FoldWatchValue(int argc, char** argv) {
+  std::vector<std::string> words(argv, argv + argc);
+  for (size_t i = 1; i + 1 < words.size(); ++i) {
+    if (words[i] == "--watch" && IsWatchValue(words[i + 1])) {
+      words[i] += "=" + words[i + 1];
+      words.erase(words.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    }
+  }
+  return words;
+}
+
+// SECONDS of --watch: a number in [0.05, 86400]; nullopt (after one error line) otherwise.
+std::optional<double> ParseWatchSeconds(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const double seconds = std::strtod(text.c_str(), &end);
+  if (text.empty() || errno != 0 || *end != '\0' || !(seconds >= 0.05 && seconds <= 86400)) {
+    fmt::print(stderr,
+               "carpool status: --watch \"{}\" is not a period in seconds between 0.05 and 86400; "
+               "pass e.g. --watch 1 or --watch 0.5\n",
+               text);
+    return std::nullopt;
+  }
+  return seconds;
+}
+
+double UnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Sleeps until `deadline` in short slices, so that SIGINT/SIGTERM end the wait within 50 ms.
+void SleepUntil(std::chrono::steady_clock::time_point deadline) {
+  while (!g_stop_signal && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_until(
+        std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50)));
+  }
+}
+
+// Appends {"time": unix s, "elapsed_s": s since the first record, "status": {...}} per line every
+// `seconds` until SIGINT/SIGTERM (exit 0) or the server goes away (exit 0, one message). A server
+// never reached is exit 1: there is no series to keep. Each line is flushed as written.
+int RecordSeries(Client* client, const std::string& path, double seconds) {
+  const bool to_stdout = path == "-";
+  std::FILE* out = to_stdout ? stdout : std::fopen(path.c_str(), "w");
+  if (out == nullptr) {
+    fmt::print(stderr,
+               "carpool status: cannot write --json-lines \"{}\": {}; pass a writable path\n", path,
+               std::strerror(errno));
+    return 1;
+  }
+  struct sigaction action = {};
+  action.sa_handler = OnStopSignal;  // no SA_RESTART: a Stats() blocked in recv returns early
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  const std::string where = to_stdout ? "stdout" : path;
+  fmt::print(stderr, "carpool status: recording every {} s to {}; Ctrl-C stops\n", seconds, where);
+  const auto start = std::chrono::steady_clock::now();
+  const auto period = std::chrono::duration<double>(seconds);
+  int rc = 0;
+  uint64_t records = 0;
+  for (;;) {
+    Result<std::string> stats = client->Stats();
+    if (g_stop_signal) {
+      fmt::print(stderr, "carpool status: stopped by signal {}; {} records in {}\n",
+                 static_cast<int>(g_stop_signal), records, where);
+      break;
+    }
+    if (!stats.ok()) {
+      fmt::print(stderr, "carpool status: the server went away ({}); {} records in {}\n",
+                 stats.status().ToString(), records, where);
+      break;
+    }
+    // Ordered, so that each line starts with its timestamps rather than ends with them.
+    nlohmann::ordered_json status =
+        nlohmann::ordered_json::parse(*stats, nullptr, /*allow_exceptions=*/false);
+    if (status.is_discarded()) {
+      fmt::print(stderr, "carpool status: the server's reply is not JSON: {}\n", *stats);
+      rc = 1;
+      break;
+    }
+    nlohmann::ordered_json line;
+    line["time"] = UnixSeconds();
+    line["elapsed_s"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    line["status"] = std::move(status);
+    if (std::fprintf(out, "%s\n", line.dump().c_str()) < 0 || std::fflush(out) != 0) {
+      fmt::print(stderr, "carpool status: writing {} failed: {}\n", where, std::strerror(errno));
+      rc = 1;
+      break;
+    }
+    ++records;
+    SleepUntil(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           period * static_cast<double>(records)));
+  }
+  if (!to_stdout && std::fclose(out) != 0 && rc == 0) {
+    fmt::print(stderr, "carpool status: closing {} failed: {}\n", where, std::strerror(errno));
+    rc = 1;
+  }
+  return rc;
+}
+
 int ShowStatus(int argc, char** argv) {
-  std::string state_dir, socket;
+  std::string state_dir, socket, watch, json_lines;
   uint32_t interval_ms = 1000;
   po::options_description opts;
   opts.add_options()("help,h", "show this help")("json", "print the server's JSON")(
-      "watch", "refresh until interrupted")(
-      "interval-ms", po::value(&interval_ms), "refresh period with --watch (default 1000)")(
+      "watch", po::value(&watch)->implicit_value(""),
+      "[SECONDS] refresh until interrupted, every SECONDS (default: --interval-ms)")(
+      "interval-ms", po::value(&interval_ms), "refresh period with a bare --watch (default 1000)")(
+      "json-lines", po::value(&json_lines),
+      "with --watch SECONDS: append the status as one JSON object per line to FILE ('-': "
+      "stdout) until interrupted or the server goes away")(
       "socket", po::value(&socket), "server socket (default <state-dir>/carpool.sock)")(
       "state-dir", po::value(&state_dir), "state directory holding the socket");
   po::variables_map vm;
-  if (auto rc = ParseCommandLine(argc, argv, "carpool status",
-                                 "usage: carpool status [--json] [--watch]\n\nThe server's jobs, "
-                                 "cache and sharing.\n\noptions:\n",
-                                 opts, &vm)) {
+  std::vector<std::string> words = FoldWatchValue(argc, argv);
+  std::vector<char*> folded;
+  for (std::string& w : words) folded.push_back(w.data());
+  if (auto rc = ParseCommandLine(
+          static_cast<int>(folded.size()), folded.data(), "carpool status",
+          "usage: carpool status [--json] [--watch [SECONDS]] [--json-lines FILE]\n\nThe "
+          "server's jobs, cache and sharing. `--watch SECONDS --json-lines FILE` records a series "
+          "for `carpool report FILE`.\n\noptions:\n",
+          opts, &vm)) {
     return *rc;
+  }
+  std::optional<double> seconds;
+  if (!watch.empty() && !(seconds = ParseWatchSeconds(watch))) return 2;
+  if (vm.count("json-lines") && !seconds) {
+    fmt::print(stderr,
+               "carpool status: --json-lines \"{}\" records a series and needs its period: add "
+               "--watch SECONDS, e.g. --watch 1\n",
+               json_lines);
+    return 2;
+  }
+  if (seconds && vm.count("interval-ms")) {
+    fmt::print(stderr,
+               "carpool status: --watch {} and --interval-ms {} both set the period; pass "
+               "one of them\n",
+               watch, interval_ms);
+    return 2;
+  }
+  if (vm.count("json-lines") && vm.count("json")) {
+    fmt::print(stderr, "carpool status: --json-lines always writes JSON; drop --json\n");
+    return 2;
   }
   Result<std::string> path = ResolveSocketPath(socket, state_dir);
   Result<std::unique_ptr<Client>> client =
@@ -127,6 +279,10 @@ int ShowStatus(int argc, char** argv) {
     fmt::print(stderr, "carpool status: {}\n", client.status().ToString());
     return 1;
   }
+  if (vm.count("json-lines")) return RecordSeries(client->get(), json_lines, *seconds);
+  const auto period = seconds ? std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::duration<double>(*seconds))
+                              : std::chrono::milliseconds(interval_ms);
   for (;;) {
     Result<std::string> stats = (*client)->Stats();
     if (!stats.ok()) {
@@ -146,7 +302,7 @@ int ShowStatus(int argc, char** argv) {
     }
     std::fflush(stdout);
     if (!vm.count("watch")) return 0;
-    std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
+    std::this_thread::sleep_for(period);
   }
 }
 

@@ -1,0 +1,222 @@
+#!/usr/bin/python3
+"""The sweep of examples/optuna_sweep.py on Ray Tune: class subset and learning rate, 8 trials 4 at
+a time, Tune's Optuna searcher (TPE) and ASHA early stopping. Each Ray node runs one carpool
+server (carpool.ray, cache 10% of the prepared set), started with the sweep and gone when Ray
+stops; a trial reads through carpool.Loader from its node's server. Every epoch a trial
+completes is checked to hold each sample of its dataset exactly once.
+
+    scripts/ray_venv.sh                     # build-ray/venv with ray[tune]
+    build-ray/venv/bin/python examples/ray_tune_sweep.py [--trials 8] [--parallel 4] [--epochs 2]
+        [--train-samples N] [--address auto]   # auto: a `ray start --head` cluster
+
+It prints each trial, the best one, and per node the server's sharing ratio, jobs and reference
+counts after the sweep (0 and 0), then checks that the servers are gone after ray.shutdown().
+docs/python.md, "Ray Tune"."""
+
+import argparse
+import functools
+import os
+import pathlib
+import sys
+import tempfile
+import time
+import zlib
+
+HERE = pathlib.Path(__file__).resolve().parent
+PATHS = [str(HERE), str(HERE.parent / "client" / "python"), str(HERE.parent / "scripts")]
+sys.path[:0] = PATHS
+
+import numpy as np  # noqa: E402
+import ray  # noqa: E402
+import torch  # noqa: E402
+from ray import train, tune  # noqa: E402
+from ray.tune.search.optuna import OptunaSearch  # noqa: E402
+
+import bench_cache  # noqa: E402 (scripts/)
+import carpool  # noqa: E402
+import carpool.datasets as cds  # noqa: E402
+import carpool.ray  # noqa: E402
+import fmnist_train as ft  # noqa: E402 (scripts/)
+import optuna_sweep as osw  # noqa: E402 (examples/: the subsets, data and datasets of the sweep)
+from carpool.idx import read_idx  # noqa: E402
+
+
+def recorded(loader, ids):
+    """The loader's batches, keeping each batch's sample ids in `ids`."""
+    for images, labels in loader:
+        ids.append(loader.ids)
+        yield images, labels
+
+
+def trainable(config, args=None, test=None):
+    """One trial on the node it runs on: derive its subset there, train, report each epoch."""
+    torch.set_num_threads(1)  # the trials share the cores with each other and the server
+    socket, state_dir = carpool.ray.local_server()
+    classes = osw.SUBSETS[config["classes"]]
+    name = osw.derive_subset(args.prefix, args.base, classes, state_dir)
+    size = cds.info(name, state_dir=state_dir)["samples"]
+    keep = np.isin(test[1], classes)
+    seed = zlib.crc32(train.get_context().get_trial_id().encode())
+    model = ft.make_model(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=0.9)
+    with carpool.Loader(name, batch_size=args.batch_size, epochs=args.epochs,
+                        transform=ft.TRANSFORM, socket=socket, seed=seed) as loader:
+        for epoch in range(loader.epochs):
+            ids = []
+            ft.train_epoch(model, opt, recorded(loader, ids))
+            ids = np.concatenate(ids)
+            once = len(ids) == size and len(np.unique(ids)) == size
+            train.report({"accuracy": ft.test_accuracy(model, (test[0][keep], test[1][keep])),
+                          "epoch": epoch, "exactly_once": once, "samples": len(ids),
+                          "job": loader.job_id})
+
+
+def node_setup(args, data, state_dir):
+    """Runs on each node before its server starts: the base dataset in that node's catalog."""
+    node_args = argparse.Namespace(**{**vars(args), "state_dir": pathlib.Path(state_dir)})
+    osw.register_base(node_args, data)
+
+
+def drained(nodes, wait=10.0):
+    """Each node's server statistics once its job list is empty (a stopped trial's job leaves
+    within the lease), or after `wait` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        stats = carpool.ray.server_stats()
+        if all(not s["jobs"] for s in stats.values()) or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.2)
+
+
+def tune_sweep(args, test):
+    space = {"classes": tune.choice(sorted(osw.SUBSETS)), "lr": tune.loguniform(0.005, 0.2)}
+    tuner = tune.Tuner(
+        tune.with_resources(tune.with_parameters(trainable, args=args, test=test), {"cpu": 1}),
+        param_space=space,
+        tune_config=tune.TuneConfig(
+            metric="accuracy", mode="max", num_samples=args.trials,
+            max_concurrent_trials=args.parallel, search_alg=OptunaSearch(seed=args.seed),
+            # ASHA stops trials and never pauses one: a paused function trial restarts from
+            # scratch (no checkpoint), a new job reading its epochs again.
+            scheduler=tune.schedulers.ASHAScheduler(max_t=args.epochs, grace_period=1,
+                                                    reduction_factor=2)),
+        run_config=train.RunConfig(storage_path=str(args.work / "ray_results"),
+                                   name="carpool-tune", verbose=0))
+    return tuner.fit()
+
+
+def summarize(results, args, seconds):
+    """Prints each trial and the best; returns the epochs completed and those not exactly once."""
+    epochs = not_once = complete = 0
+    for r in results:
+        if r.error:
+            raise SystemExit(f"ray_tune_sweep.py: trial {r.path} failed: {r.error}")
+        rows = r.metrics_dataframe
+        if rows["job"].nunique() != 1:  # a restarted trial reads its epochs again as a new job
+            raise SystemExit(f"ray_tune_sweep.py: trial {r.path} ran as jobs "
+                             f"{sorted(rows['job'].unique())}; it must run once")
+        epochs += len(rows)
+        not_once += int((~rows["exactly_once"].astype(bool)).sum())
+        done = len(rows) == args.epochs
+        complete += done
+        print(f"trial classes {r.config['classes']:<13} lr {r.config['lr']:.4g}: "
+              f"{len(rows)} epochs ({'complete' if done else 'stopped'}), accuracy "
+              f"{r.metrics['accuracy']:.4f}, job {r.metrics['job']}", flush=True)
+    print(f"{len(results)} trials in {seconds:.1f} s: {complete} complete, "
+          f"{len(results) - complete} stopped early")
+    best = results.get_best_result(metric="accuracy", mode="max", scope="last")
+    print(f"best trial: accuracy {best.metrics['accuracy']:.4f} classes "
+          f"{best.config['classes']} lr {best.config['lr']:.4g}")
+    print(f"{epochs} epochs completed; {epochs - not_once} of them held every sample of their "
+          f"dataset exactly once")
+    return epochs, not_once
+
+
+def run_sweep(args):
+    data, synthetic = osw.fmnist_files(args.work)
+    if synthetic:
+        print(f"Fashion-MNIST not found in {ft.FMNIST}: using synthetic IDX data in {data}")
+    args.base, samples = osw.register_base(args, data)
+    cache = bench_cache.choose("ray_tune_sweep.py",
+                               bench_cache.prepared_set(samples, osw.SAMPLE_BYTES),
+                               [osw.CACHE_FRACTION], None)[0]
+    print(f"base dataset {args.base}: {samples} samples; {cache['description']}")
+    test = (read_idx(data / "t10k-images-idx3-ubyte.gz")[:args.test_samples],
+            read_idx(data / "t10k-labels-idx1-ubyte.gz")[:args.test_samples].astype(np.int64))
+    env = {"PYTHONPATH": os.pathsep.join(PATHS + [os.environ.get("PYTHONPATH", "")])}
+    env.update({k: v for k, v in os.environ.items() if k.startswith("CARPOOL_")})
+    ray.init(address=args.address, num_cpus=None if args.address else args.parallel,
+             include_dashboard=False, runtime_env={"env_vars": env}, log_to_driver=False)
+    try:
+        nodes = carpool.ray.start_servers(args.state_dir, functools.partial(node_setup, args, data),
+                                          cache_size=cache["cache_size"])
+        print(f"carpool servers on {len(nodes)} Ray node(s): "
+              f"{', '.join(s for s, _ in nodes.values())}", flush=True)
+        t0 = time.monotonic()
+        results = tune_sweep(args, test)
+        epochs, not_once = summarize(results, args, time.monotonic() - t0)
+        for node, s in drained(nodes).items():
+            print(f"node {node[:12]}: {s['deliveries']} deliveries, {s['preparations']} "
+                  f"preparations, sharing ratio {s['sharing_ratio']:.2f}; after the sweep "
+                  f"{len(s['jobs'])} jobs, refcount {s['refcount_total']}")
+    finally:
+        ray.shutdown()
+    gone = servers_gone([s for s, _ in nodes.values()])
+    print(f"servers after ray.shutdown(): {'gone' if gone else 'STILL ANSWERING'}")
+    return not_once == 0 and epochs > 0 and gone
+
+
+def servers_gone(sockets, wait=15.0):
+    """True once no socket answers (the actors' exit stops the servers), within `wait` s."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        answering = 0
+        for socket in sockets:
+            try:
+                carpool.server_stats(socket=socket)
+                answering += 1
+            except carpool.CarpoolError:
+                pass
+        if not answering:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    for flag, default, text in (
+            ("trials", 8, None), ("parallel", 4, "trials at once"), ("epochs", 2, None),
+            ("batch-size", 64, None), ("test-samples", 10000, None), ("seed", 0, None),
+            ("train-samples", 0, "the first N records of the train set (default: all 60,000)")):
+        ap.add_argument("--" + flag, type=int, default=default, help=text)
+    ap.add_argument("--address", help="a running Ray cluster ('auto' after `ray start --head`); "
+                    "default: a local Ray started here with --parallel CPUs")
+    ap.add_argument("--state-dir", type=pathlib.Path,
+                    help="each node's catalog and socket (default: a temporary dir)")
+    args = ap.parse_args()
+    if args.trials < 1 or args.parallel < 1 or args.epochs < 1:
+        ap.error("--trials, --parallel and --epochs must be >= 1")
+    return args
+
+
+def main():
+    args = parse_args()
+    args.prefix = f"tune-{int(time.time())}-"
+    with tempfile.TemporaryDirectory(prefix="carpool-tune-") as tmp:
+        args.work = pathlib.Path(tmp)
+        args.state_dir = args.state_dir or args.work / "state"
+        try:
+            ok = run_sweep(args)
+        except carpool.CarpoolError as e:
+            print(f"ray_tune_sweep.py: {e}", file=sys.stderr)
+            return 1
+        finally:
+            removed = osw.remove_prefixed(args.prefix, args.state_dir)
+            print(f"removed the sweep's {len(removed)} datasets ({args.prefix}*)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
