@@ -27,6 +27,7 @@ def __getattr__(name: str) -> Any:
         return getattr(loader, name)
     raise AttributeError(f"module 'carpool' has no attribute {name!r}")
 
+
 __version__ = "0.1.0"
 __all__ = ["CarpoolError", "Loader", "Server", "binary", "cli", "datasets", "library_path",
            "server_stats", "socket_path", "state_dir"]
