@@ -17,6 +17,14 @@ namespace {
 
 using std::chrono::seconds;
 
+// "s" + std::to_string(j) without operator+(const char*, std::string&&), on which GCC 12 at -O3
+// warns falsely (-Wrestrict).
+std::string Numbered(const char* prefix, int n) {
+  std::string out = prefix;
+  out += std::to_string(n);
+  return out;
+}
+
 // Before: once either dataset had served, the other's jobs got every sample skipped (the cache
 // held the first spec's 16x16 samples under the same ids), and `consume` exited 0.
 TEST(E2eIntegrityTest, TwoPrepareSpecsOfTheSameFilesServeAloneAndTogether) {
@@ -65,29 +73,27 @@ TEST(E2eIntegrityTest, ThrowingTasksFailExactlyTheJobsTheyServe) {
   constexpr int kJobs = 16, kStride = 150, kSize = 300;
   for (int j = 0; j < kJobs; ++j) {
     const int first = 1 + j * kStride;
-    env.Dataset({"add", "s" + std::to_string(j), "--from", "fm", "--ids",
+    env.Dataset({"add", Numbered("s", j), "--from", "fm", "--ids",
                  std::to_string(first) + ":" + std::to_string(first + kSize)});
   }
   // Sample 461 is in s2 and s3; sample 1701 in s10 and s11.
   const uint32_t prepare_fault = 461, assemble_fault = 1701;
-  ::setenv("CARPOOL_INJECT_FAULTS",
-           ("prepare=" + std::to_string(prepare_fault) +
-            ";assemble=" + std::to_string(assemble_fault))
-               .c_str(),
-           1);
+  const std::string faults =
+      Numbered("prepare=", prepare_fault) + Numbered(";assemble=", assemble_fault);
+  ::setenv("CARPOOL_INJECT_FAULTS", faults.c_str(), 1);
   env.StartServer({"--workers", "2", "--cache-size", "64MiB"});
   ::unsetenv("CARPOOL_INJECT_FAULTS");
   const std::string baseline = env.Status();
   std::vector<pid_t> pids;
   for (int j = 0; j < kJobs; ++j) {
-    pids.push_back(env.Consume({"--dataset", "s" + std::to_string(j), "--epochs", "2",
+    pids.push_back(env.Consume({"--dataset", Numbered("s", j), "--epochs", "2",
                                 "--batch-size", "16", "--ids-out",
-                                (env.dir() / ("j" + std::to_string(j) + ".csv")).string()},
-                               "j" + std::to_string(j)));
+                                (env.dir() / (Numbered("j", j) + ".csv")).string()},
+                               Numbered("j", j)));
   }
   const std::set<int> failing = {2, 3, 10, 11};
   for (int j = 0; j < kJobs; ++j) {
-    const std::string name = "j" + std::to_string(j);
+    const std::string name = Numbered("j", j);
     CliResult r;
     ASSERT_TRUE(env.WaitFor(pids[j], name, seconds(120 * kSanitizerSlowdown), &r)) << name;
     if (failing.count(j) > 0) {
@@ -95,7 +101,7 @@ TEST(E2eIntegrityTest, ThrowingTasksFailExactlyTheJobsTheyServe) {
       EXPECT_NE(r.err.find("injected fault"), std::string::npos) << name << ": " << r.err;
     } else {
       EXPECT_EQ(r.code, 0) << name << ": " << r.err;
-      CheckEpochs(env, "s" + std::to_string(j), name + ".csv", 2);
+      CheckEpochs(env, Numbered("s", j), name + ".csv", 2);
     }
   }
   // The server is alive, every job left, and its references, pins and queues are back.
