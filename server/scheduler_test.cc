@@ -228,6 +228,22 @@ TEST(SchedulerTest, TickWithADeadlineDecidesInSlicesTheSameSamples) {
   EXPECT_EQ(*sliced.Queue(2), *whole.Queue(2));
 }
 
+// An idle job beside a busy one decides at most an epoch of its own dataset ahead, however large
+// L is: before, it joined every round below L, and its queue (and its removal's work) grew to
+// 200,000 decisions in `carpool bench control`.
+TEST(SchedulerTest, AnIdleJobDecidesAtMostAnEpochAheadOfItsDeliveries) {
+  Scheduler s(Opts(1000000), nullptr);
+  ASSERT_TRUE(s.AddJob(1, Range(0, 100), 1000, 8, 0, {}).ok());     // idle: never consumes
+  ASSERT_TRUE(s.AddJob(2, Range(0, 100000), 1, 64, 0, {}).ok());  // busy
+  for (int step = 0; step < 200; ++step) {
+    s.Tick(step);
+    ASSERT_TRUE(s.Consume(2, s.Queue(2)->size(), step).ok());
+  }
+  EXPECT_GE(s.Stats(2)->delivered, 10000u) << "the busy job ran";
+  EXPECT_LE(s.Queue(1)->size(), 100u + 2 * 8) << "one epoch and twice its prefetch";
+  EXPECT_GE(s.Queue(1)->size(), 100u) << "still decided with the busy job up to there";
+}
+
 // A leader whose follower waits on its own client (all slots full) most of the time is let go:
 // the follower is slower by nature. Pacing off never holds.
 TEST(SchedulerTest, PacingLiftsForAClientBoundFollowerAndCanBeOff) {
