@@ -57,12 +57,6 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double Quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
-}
-
 // An IDX pair of n 1x1 images: the catalog and the server read every record's place, which is
 // what a join of an ImageNet-sized dataset costs them.
 void WriteIdx(const fs::path& images, const fs::path& labels, uint32_t n) {

@@ -56,6 +56,9 @@ Result<double> StopProcess(pid_t pid, std::string_view label, std::chrono::secon
 // True while `pid` (a child) runs; reaps it (and returns false) once it has exited.
 bool ChildRunning(pid_t pid);
 
+// The q-quantile of `v` (nearest rank, q in [0, 1]; 1 is the maximum); 0 for none. O(n log n).
+double Quantile(std::vector<double> v, double q);
+
 // The number `key` of a JSON object's top level, if the text is one object and has it.
 std::optional<double> JsonNumber(std::string_view json, std::string_view key);
 

@@ -181,12 +181,6 @@ void PrintSample(const Sample& s, const Sample& base, double rate) {
   std::fflush(stdout);
 }
 
-double Quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
-}
-
 int Load(int argc, char** argv) {
   Options o;
   po::options_description opts;
