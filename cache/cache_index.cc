@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "carpool/splitmix.h"
+#include "common/splitmix.h"
 
 namespace carpool::cache {
 

@@ -24,7 +24,7 @@
 #include "cache/cache_index.h"
 #include "cache/segment.h"
 #include "cache/slot_allocator.h"
-#include "carpool/mutex.h"
+#include "common/mutex.h"
 #include "carpool/status.h"
 
 namespace carpool::cache {

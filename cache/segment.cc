@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "cache/shm_reserve.h"
-#include "carpool/log.h"
+#include "common/log.h"
 
 namespace carpool::cache {
 

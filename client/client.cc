@@ -9,7 +9,7 @@
 #include <deque>
 #include <thread>
 
-#include "carpool/mutex.h"
+#include "common/mutex.h"
 #include "client/frame_socket.h"
 #include "protocol/id_set.h"
 #include "protocol/protocol.h"

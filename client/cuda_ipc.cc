@@ -7,7 +7,7 @@
 #include <cstring>
 #include <map>
 
-#include "carpool/mutex.h"
+#include "common/mutex.h"
 
 namespace carpool {
 namespace {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "carpool/mutex.h"
+#include "common/mutex.h"
 #include "carpool/status.h"
-#include "carpool/unique_fd.h"
+#include "common/unique_fd.h"
 #include "protocol/protocol.h"
 
 namespace carpool {

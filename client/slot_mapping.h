@@ -9,7 +9,7 @@
 #include <string>
 
 #include "carpool/status.h"
-#include "carpool/unique_fd.h"
+#include "common/unique_fd.h"
 #include "protocol/batch_slot_layout.h"
 #include "protocol/protocol.h"
 #include "protocol/segment_fd.h"

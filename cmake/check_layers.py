@@ -14,19 +14,20 @@ import re
 import sys
 
 # folder -> the folders it may include and link, besides itself and include/carpool.
-_ALL = {"datasets", "sampler", "cache", "protocol", "server", "client"}
+_ALL = {"common", "datasets", "sampler", "cache", "protocol", "server", "client"}
 LAYERS = {
-    "datasets": set(),
-    "sampler": set(),
-    "cache": set(),
-    "protocol": set(),
-    "server": {"sampler", "cache", "datasets", "protocol"},
-    "client": {"protocol"},
+    "common": set(),  # internal header-only helpers (log, mutex, annotations): every layer's base
+    "datasets": {"common"},
+    "sampler": {"common"},
+    "cache": {"common"},
+    "protocol": {"common"},
+    "server": {"common", "sampler", "cache", "datasets", "protocol"},
+    "client": {"common", "protocol"},
     "tools": _ALL,
     "tests": _ALL | {"tools"},
 }
-# Public headers that belong to one library rather than to everyone (the rest of include/carpool
-# is the header-only common layer).
+# include/carpool is the public API. client.h and carpool.h belong to the client library; status.h
+# and types.h, which they include, are shared by every layer.
 PUBLIC_OWNER = {"carpool/client.h": "client", "carpool/carpool.h": "client"}
 SOURCE_EXTENSIONS = (".h", ".cc", ".cu", ".cuh")
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "carpool/log.h"
+#include "common/log.h"
 
 namespace carpool {
 

@@ -8,7 +8,7 @@
 #include <system_error>
 #include <vector>
 
-#include "carpool/log.h"
+#include "common/log.h"
 #include "datasets/file_resolver.h"
 
 namespace carpool {

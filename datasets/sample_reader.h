@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "carpool/mutex.h"
+#include "common/mutex.h"
 #include "carpool/status.h"
 #include "datasets/catalog.h"
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "carpool/status.h"
-#include "carpool/unique_fd.h"
+#include "common/unique_fd.h"
 #include "protocol/protocol.h"
 
 namespace carpool::protocol {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "carpool/splitmix.h"
+#include "common/splitmix.h"
 
 namespace carpool {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <random>
 
-#include "carpool/splitmix.h"  // SplitMix64 derives the seeds of separate streams
+#include "common/splitmix.h"  // SplitMix64 derives the seeds of separate streams
 
 namespace carpool {
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds everything with clang and its thread-safety analysis (-Wthread-safety) as errors: the
-# GUARDED_BY / REQUIRES annotations (include/carpool/thread_annotations.h) are checked, and any
+# GUARDED_BY / REQUIRES annotations (common/thread_annotations.h) are checked, and any
 # finding fails the build. GCC ignores the annotations, so this is the build that checks them.
 # BUILD_DIR (default build-clang), CLANG_VERSION (default 14), extra CMake arguments via
 # CARPOOL_CMAKE_ARGS (e.g. -DCARPOOL_WITH_CUDA=OFF where nvcc is absent or too new for it).

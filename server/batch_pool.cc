@@ -15,7 +15,7 @@
 #include <map>
 #include <new>
 
-#include "carpool/log.h"
+#include "common/log.h"
 
 namespace carpool {
 namespace bip = boost::interprocess;

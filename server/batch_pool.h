@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "carpool/mutex.h"
+#include "common/mutex.h"
 #include "carpool/status.h"
-#include "carpool/unique_fd.h"
+#include "common/unique_fd.h"
 #include "protocol/batch_slot_layout.h"
 #include "protocol/protocol.h"
 #include "protocol/segment_fd.h"

@@ -10,7 +10,7 @@
 #include <boost/asio/post.hpp>
 #include <cstring>
 
-#include "carpool/log.h"
+#include "common/log.h"
 #include "server/session.h"
 #include "server/thread_name.h"
 

@@ -13,7 +13,7 @@
 
 #include <opencv2/core.hpp>
 
-#include "carpool/log.h"
+#include "common/log.h"
 #include "protocol/id_set.h"
 #include "server/engine_job.h"
 #include "server/thread_name.h"

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "cache/sample_cache.h"
-#include "carpool/mutex.h"
+#include "common/mutex.h"
 #include "datasets/catalog.h"
 #include "datasets/sample_reader.h"
 #include "sampler/node_partition.h"

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "carpool/log.h"
+#include "common/log.h"
 #include "server/engine.h"
 #include "server/engine_job.h"
 

@@ -6,7 +6,7 @@
 #include <optional>
 #include <utility>
 
-#include "carpool/log.h"
+#include "common/log.h"
 #include "server/assemble.h"
 #include "server/engine.h"
 #include "server/engine_job.h"

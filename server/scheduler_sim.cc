@@ -8,7 +8,7 @@
 #include <numbers>
 #include <string>
 
-#include "carpool/splitmix.h"
+#include "common/splitmix.h"
 #include "sampler/rng.h"
 #include "server/belady.h"
 #include "server/scheduler.h"

@@ -8,7 +8,7 @@
 #include <boost/asio/write.hpp>
 #include <cstring>
 
-#include "carpool/log.h"
+#include "common/log.h"
 #include "protocol/segment_fd.h"
 #include "server/batch_pool.h"
 #include "server/control_plane.h"

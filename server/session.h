@@ -18,7 +18,7 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "carpool/unique_fd.h"
+#include "common/unique_fd.h"
 #include "protocol/protocol.h"
 #include "server/job_service.h"
 

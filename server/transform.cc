@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "carpool/splitmix.h"
+#include "common/splitmix.h"
 
 namespace carpool {
 namespace {

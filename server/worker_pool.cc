@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "carpool/log.h"
+#include "common/log.h"
 
 namespace carpool {
 

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "carpool/mutex.h"
+#include "common/mutex.h"
 
 namespace carpool {
 

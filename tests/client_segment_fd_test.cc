@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "carpool/client.h"
-#include "carpool/unique_fd.h"
+#include "common/unique_fd.h"
 #include "datasets/temp_dir_for_test.h"
 #include "protocol/protocol.h"
 #include "protocol/segment_fd.h"

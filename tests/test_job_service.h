@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "carpool/mutex.h"
+#include "common/mutex.h"
 #include "server/batch_pool.h"
 #include "server/job_service.h"
 

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "carpool/splitmix.h"
+#include "common/splitmix.h"
 
 #include "datasets/tar_shards.h"
 #include "server/image_codec.h"

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "cache/client_access.h"
-#include "carpool/log.h"
+#include "common/log.h"
 #include "datasets/catalog.h"
 #include "datasets/state_dir.h"
 #include "server/batch_pool.h"

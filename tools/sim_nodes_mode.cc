@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "carpool/splitmix.h"
+#include "common/splitmix.h"
 #include "sampler/node_partition.h"
 
 namespace carpool::tools {

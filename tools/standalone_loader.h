@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "carpool/mutex.h"
+#include "common/mutex.h"
 #include "carpool/status.h"
 #include "datasets/catalog.h"
 #include "datasets/prepare_spec.h"

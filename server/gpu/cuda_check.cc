@@ -2,7 +2,7 @@
 
 #include <fmt/core.h>
 
-#include "carpool/log.h"
+#include "common/log.h"
 
 namespace carpool::gpu {
 namespace {

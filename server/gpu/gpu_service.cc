@@ -12,8 +12,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "carpool/log.h"
-#include "carpool/mutex.h"
+#include "common/log.h"
+#include "common/mutex.h"
 #include "server/gpu/cuda_check.h"
 #include "server/gpu/device_probe.h"
 #include "server/gpu/gpu_assembler.h"

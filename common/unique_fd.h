@@ -1,7 +1,7 @@
 // UniqueFd: the single owner of a file descriptor, closed when it goes (DALI's unique_handle).
 // Thread-compatible: callers serialize access to one UniqueFd.
-#ifndef CARPOOL_UNIQUE_FD_H_
-#define CARPOOL_UNIQUE_FD_H_
+#ifndef CARPOOL_COMMON_UNIQUE_FD_H_
+#define CARPOOL_COMMON_UNIQUE_FD_H_
 
 #include <unistd.h>
 
@@ -37,4 +37,4 @@ class UniqueFd {
 
 }  // namespace carpool
 
-#endif  // CARPOOL_UNIQUE_FD_H_
+#endif  // CARPOOL_COMMON_UNIQUE_FD_H_

@@ -1,8 +1,8 @@
 // Logging on fmt: one line per event on stderr, "carpool <level> <message>".
 // Thread-safe: each line is written with a single fwrite. Level from $CARPOOL_LOG (debug|info|
 // warn|error, default info).
-#ifndef CARPOOL_LOG_H_
-#define CARPOOL_LOG_H_
+#ifndef CARPOOL_COMMON_LOG_H_
+#define CARPOOL_COMMON_LOG_H_
 
 #include <fmt/core.h>
 
@@ -56,4 +56,4 @@ void Error(fmt::format_string<Args...> f, Args&&... args) {
 
 }  // namespace carpool::log
 
-#endif  // CARPOOL_LOG_H_
+#endif  // CARPOOL_COMMON_LOG_H_

@@ -1,6 +1,6 @@
-// carpool::Mutex (include/carpool/mutex.h): waits through the held mutex, early unlock of a
+// carpool::Mutex (common/mutex.h): waits through the held mutex, early unlock of a
 // MutexLock. The lock rules themselves are checked at compile time (scripts/clang_tsa.sh).
-#include "carpool/mutex.h"
+#include "common/mutex.h"
 
 #include <gtest/gtest.h>
 

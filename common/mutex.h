@@ -1,14 +1,14 @@
 // Mutex: std::mutex as a capability the thread-safety analysis checks (carpool/
 // thread_annotations.h), and MutexLock, its scoped lock. Waits on a std::condition_variable go
 // through the Mutex, which must be held. Thread-safe.
-#ifndef CARPOOL_MUTEX_H_
-#define CARPOOL_MUTEX_H_
+#ifndef CARPOOL_COMMON_MUTEX_H_
+#define CARPOOL_COMMON_MUTEX_H_
 
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 
-#include "carpool/thread_annotations.h"
+#include "common/thread_annotations.h"
 
 namespace carpool {
 
@@ -88,4 +88,4 @@ class SCOPED_CAPABILITY MutexLock {
 
 }  // namespace carpool
 
-#endif  // CARPOOL_MUTEX_H_
+#endif  // CARPOOL_COMMON_MUTEX_H_

@@ -1,8 +1,8 @@
 // Clang thread-safety annotations (https://clang.llvm.org/docs/ThreadSafetyAnalysis.html): lock
 // rules the compiler checks under -Wthread-safety (scripts/clang_tsa.sh). They expand to nothing
-// on other compilers. Use them with carpool::Mutex (carpool/mutex.h): std::mutex is not annotated.
-#ifndef CARPOOL_THREAD_ANNOTATIONS_H_
-#define CARPOOL_THREAD_ANNOTATIONS_H_
+// on other compilers. Use them with carpool::Mutex (common/mutex.h): std::mutex is not annotated.
+#ifndef CARPOOL_COMMON_THREAD_ANNOTATIONS_H_
+#define CARPOOL_COMMON_THREAD_ANNOTATIONS_H_
 
 #if defined(__clang__)
 #define CARPOOL_THREAD_ANNOTATION_(x) __attribute__((x))
@@ -39,4 +39,4 @@
 // Turns the analysis off for one function; every use says why on the line above.
 #define NO_THREAD_SAFETY_ANALYSIS CARPOOL_THREAD_ANNOTATION_(no_thread_safety_analysis)
 
-#endif  // CARPOOL_THREAD_ANNOTATIONS_H_
+#endif  // CARPOOL_COMMON_THREAD_ANNOTATIONS_H_

@@ -1,8 +1,8 @@
 // splitmix64 (Steele, Lea and Flood 2014), the one definition every component uses: a
 // stateless mixer that derives independent seeds and hashes, and a stream that advances it.
 // Both O(1), header-only, thread-safe (pure).
-#ifndef CARPOOL_SPLITMIX_H_
-#define CARPOOL_SPLITMIX_H_
+#ifndef CARPOOL_COMMON_SPLITMIX_H_
+#define CARPOOL_COMMON_SPLITMIX_H_
 
 #include <cstdint>
 
@@ -29,4 +29,4 @@ static_assert(SplitMix64(0) == 0xe220a8397b1dcdafULL, "splitmix64 reference valu
 
 }  // namespace carpool
 
-#endif  // CARPOOL_SPLITMIX_H_
+#endif  // CARPOOL_COMMON_SPLITMIX_H_
