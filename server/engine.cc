@@ -208,7 +208,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     Status added;
     {
       MutexLock lock(mu_);
-      added = samples_.Add(*dataset, at, std::min(count, at + kTableAddChunk));
+      added = samples_.Acquire(*dataset, at, std::min(count, at + kTableAddChunk));
     }
     if (!added.ok()) {
       ReleaseTable(SampleTable::KeysOf(*dataset, at));  // the parts before
@@ -443,7 +443,7 @@ size_t Engine::ReleaseTable(const Roaring& keys) {
     MutexLock lock(mu_);
     const ReleasedSamples r = samples_.Release(part);
     released += r.samples.size();
-    ForgetUnused(r);
+    for (const std::string& path : r.idx_paths) reader_.Forget(path);
     part.clear();
   };
   for (uint32_t key : keys) {
@@ -536,15 +536,15 @@ void Engine::Step() {
   if (options_.cache_bytes > 0) {
     // One cache lookup per decided sample: a hit when it is still cached from an earlier use.
     for (const Assignment& a : decided) {
-      const SampleState state = states_.Get(a.sample);
+      const SampleState state = samples_.states().Get(a.sample);
       if (state == SampleState::kPreparing || state == SampleState::kBad) continue;
-      Check(cache_->Lookup(a.sample) ? states_.LookupHit(a.sample)
-                                     : states_.LookupMiss(a.sample));
+      Check(cache_->Lookup(a.sample) ? samples_.states().LookupHit(a.sample)
+                                     : samples_.states().LookupMiss(a.sample));
     }
   }
   FeedPreparation();
   if (!groups_.empty()) CheckGroups();
-  SweepCachedOrphans();
+  samples_.Sweep(Now());
   for (auto& [id, job] : jobs_) {
     if (job->removed || job->done || job->assembling) continue;
     if (job->nothing_left) {
@@ -566,50 +566,6 @@ void Engine::UpdateCapacity() {
   most_entries_ = std::max(most_entries_, c.entries);
   if (c.evictions > 0) samples = std::min(samples, most_entries_);
   scheduler_->SetCapacity(samples);
-}
-
-bool Engine::Ready(uint32_t sample) const { return states_.Ready(sample); }
-
-void Engine::ForgetUnused(const ReleasedSamples& released) {
-  for (uint32_t sample : released.samples) ForgetIfUnused(sample);
-  for (const std::string& path : released.idx_paths) reader_.Forget(path);
-}
-
-void Engine::ForgetIfUnused(uint32_t sample) {
-  if (samples_.Contains(sample)) return;  // a job uses it again
-  // Its worker reports back, then calls this again (Prepare). A bad sample stays bad (sticky,
-  // counted once): a few entries. A faulted one goes: a later job tries it again.
-  const SampleState state = states_.Get(sample);
-  if (state == SampleState::kPreparing) return;
-  if (state == SampleState::kBad && states_.Fault(sample) == nullptr) return;  // data: sticky
-  // The cache still holds it: keep its shape so that a later job's hit can use it.
-  if (cache_->Holds(sample)) {
-    cached_orphans_.insert(sample);
-    return;
-  }
-  cached_orphans_.erase(sample);
-  Check(states_.Forget(sample));
-}
-
-void Engine::SweepCachedOrphans() {
-  // The cache evicts without telling us: look at every orphan again every kOrphanSweepSeconds,
-  // at most kOrphanSweepSlice per pass, so a cache of a million orphans never stalls a pass.
-  if (orphan_scan_.empty()) {
-    const double now = Now();
-    if (cached_orphans_.empty() || now < next_orphan_sweep_) return;
-    next_orphan_sweep_ = now + kOrphanSweepSeconds;
-    orphan_scan_.assign(cached_orphans_.begin(), cached_orphans_.end());
-  }
-  for (size_t n = 0; n < kOrphanSweepSlice && !orphan_scan_.empty(); ++n) {
-    const uint32_t sample = orphan_scan_.back();
-    orphan_scan_.pop_back();
-    if (cached_orphans_.count(sample) == 0) continue;  // forgotten or used since
-    if (samples_.Contains(sample)) {
-      cached_orphans_.erase(sample);  // used again: no orphan
-    } else if (!cache_->Holds(sample)) {
-      ForgetIfUnused(sample);
-    }
-  }
 }
 
 void Engine::Check(const Status& transition) const {
@@ -643,16 +599,16 @@ void Engine::FeedPreparation() {
   // failed commit, a lookup miss of a sample another job decided again); those are prepared
   // when their batch reaches the front (TryBuildBatch), so the walk may skip known-ready prefixes.
   scheduler_->NextToPrepare(
-      want, [this](SampleId s) REQUIRES(mu_) { return Ready(s); }, &next,
+      want, [this](SampleId s) REQUIRES(mu_) { return !samples_.states().NeedsPreparation(s); }, &next,
       horizon,
       /*ready_persists=*/true);
   for (SampleId s : next) StartPreparation(s);
 }
 
 void Engine::StartPreparation(uint32_t sample) {
-  std::shared_ptr<const SampleSource> source = samples_.Find(sample);
+  std::shared_ptr<const SampleSource> source = samples_.Source(sample);
   if (source == nullptr) return;  // cannot happen: every job's samples are in the table
-  if (Status begun = states_.BeginPreparation(sample); !begun.ok()) return Check(begun);
+  if (Status begun = samples_.states().BeginPreparation(sample); !begun.ok()) return Check(begun);
   ++prep_outstanding_;
   workers_->Post(WorkerPool::Priority::kNormal,
                  [this, sample, source = std::move(source)] { Prepare(sample, source); });
@@ -690,7 +646,7 @@ void Engine::TryBuildBatch(Job& job) {
   if (use_cache && !FrontBatchPrepared(job, decisions)) return;
   // A sample whose preparation threw (not a data error) fails the jobs that need it.
   for (const Decision& d : decisions) {
-    if (const std::string* fault = states_.Fault(d.sample)) {
+    if (const std::string* fault = samples_.states().Fault(d.sample)) {
       return FailJob(job, Status::Internal(*fault));
     }
   }
@@ -700,7 +656,7 @@ void Engine::TryBuildBatch(Job& job) {
   task.decisions = decisions.size();
   bool ready = true;
   for (const Decision& d : decisions) {
-    const SampleState state = states_.Get(d.sample);
+    const SampleState state = samples_.states().Get(d.sample);
     if (state == SampleState::kBad) {
       ++task.skipped;
       continue;
@@ -716,7 +672,7 @@ void Engine::TryBuildBatch(Job& job) {
       }
       if (state == SampleState::kCached) {
         if (!ready) continue;  // the batch waits anyway: pin nothing more
-        const PreparedShape* shape = states_.Shape(d.sample);
+        const PreparedShape* shape = samples_.states().Shape(d.sample);
         if (shape != nullptr && cache_->Pin(d.sample).ok()) {
           item.pinned = true;
           item.shape = *shape;
@@ -724,7 +680,7 @@ void Engine::TryBuildBatch(Job& job) {
         } else {
           // Evicted since it was prepared: its assembler prepares it again, transiently, rather
           // than the workers (with a cache smaller than a batch they could evict it again).
-          Check(states_.Evicted(d.sample));
+          Check(samples_.states().Evicted(d.sample));
         }
       } else if (state != SampleState::kTransient) {
         // Not prepared yet. The batch at the front needs it now, whatever the EDF horizon.
@@ -734,7 +690,7 @@ void Engine::TryBuildBatch(Job& job) {
       }
     }
     // Only a sample the assembler prepares itself needs its source (built from its block).
-    if (!item.pinned) item.source = samples_.Find(d.sample);
+    if (!item.pinned) item.source = samples_.Source(d.sample);
     task.items.push_back(std::move(item));
   }
   // Only this thread acquires slots, so FreeCount() > 0 above means TryAcquire succeeds.
@@ -748,7 +704,7 @@ void Engine::TryBuildBatch(Job& job) {
     return;
   }
   for (const BatchItem& item : task.items) {
-    if (use_cache && !item.pinned) Check(states_.TakeTransient(item.sample));
+    if (use_cache && !item.pinned) Check(samples_.states().TakeTransient(item.sample));
   }
   task.slot = *slot;
   task.batch_index = job.next_batch++;
@@ -772,7 +728,7 @@ bool Engine::FrontBatchPrepared(Job& job, const std::vector<Decision>& decisions
   // pass O(samples prepared since the last one) instead of O(batch size).
   bool prepared = true;
   for (size_t i = job.front_prepared; i < decisions.size(); ++i) {
-    const SampleState state = states_.Get(decisions[i].sample);
+    const SampleState state = samples_.states().Get(decisions[i].sample);
     if (state == SampleState::kQueued) StartPreparation(decisions[i].sample);
     if (state != SampleState::kQueued && state != SampleState::kPreparing) continue;
     if (prepared) job.front_prepared = i;
@@ -819,7 +775,7 @@ void Engine::FailJob(Job& job, const Status& why) {
 }
 
 void Engine::MarkBad(uint32_t sample, const SampleSource& source, const Status& status) {
-  if (states_.MarkBad(sample, status.ToString())) {
+  if (samples_.states().MarkBad(sample, status.ToString())) {
     log::Warn("sample {} (\"{}\"{}, prepared as \"{}\") is skipped: {}", source.record.id,
               source.record.path,
               source.record.record_index >= 0

@@ -37,7 +37,7 @@
 #include "server/gpu_service.h"
 #include "server/job_service.h"
 #include "server/prepared_keys.h"
-#include "server/sample_states.h"
+#include "server/sample_lifecycle.h"
 #include "server/scheduler.h"
 #include "server/transform.h"
 #include "server/worker_phases.h"
@@ -147,28 +147,17 @@ class Engine : public JobService {
   // The scheduler's pacing capacity in samples, from the cache's mean slot. O(1).
   void UpdateCapacity() REQUIRES(mu_);
   void FeedPreparation() REQUIRES(mu_);
-  void StartPreparation(uint32_t sample) REQUIRES(mu_);  // REQUIRES: the sample not Ready()
+  void StartPreparation(uint32_t sample) REQUIRES(mu_);  // REQUIRES: states().NeedsPreparation(sample)
   void TryBuildBatch(Job& job) REQUIRES(mu_);
   void FinishIfDone(Job& job) REQUIRES(mu_);
-  bool Ready(uint32_t sample) const REQUIRES(mu_);
   // Whether every sample of the job's front batch (`decisions`) is prepared (cached, transient or
   // bad); starts the preparations it lacks. Cost: O(samples not known prepared).
   bool FrontBatchPrepared(Job& job, const std::vector<Decision>& decisions) REQUIRES(mu_);
   void MarkBad(uint32_t sample, const SampleSource& source, const Status& status) REQUIRES(mu_);
-  // Per-sample state of samples no job uses any more (the last job of a dataset left): dropped,
-  // except a shape the cache may still need, kept while the cache holds the sample, and bad
-  // samples, which stay bad.
-  // O(released samples).
-  void ForgetUnused(const ReleasedSamples& released) REQUIRES(mu_);
   // One user fewer of each of `keys` in the sample table, kTableAddChunk keys per hold of mu_ so
   // that a 1.28M-sample job's removal never holds up another's batches, removal or stats by more
   // than one part. Returns how many samples were dropped.
   size_t ReleaseTable(const Roaring& keys) EXCLUDES(mu_);
-  void ForgetIfUnused(uint32_t sample) REQUIRES(mu_);
-  // Every kOrphanSweepSeconds, each orphan once; O(kOrphanSweepSlice) per coordinator pass.
-  void SweepCachedOrphans() REQUIRES(mu_);
-  static constexpr double kOrphanSweepSeconds = 10;
-  static constexpr size_t kOrphanSweepSlice = 4096;
   static constexpr std::chrono::milliseconds kDecideSlice{5};  // Tick's time per Step
   static constexpr size_t kTableAddChunk = 16384;  // samples per hold of mu_: CreateJob, ReleaseTable
   static constexpr size_t kTrimAfterSamples = 10000;  // released at once: return the heap (RemoveJob)
@@ -257,15 +246,11 @@ class Engine : public JobService {
   // (their device slots go first). Lock order: a GPU's own mutex, then mu_ (its next-use query).
   std::vector<std::unique_ptr<GpuService>> gpus_;
   PreparedKeys keys_ GUARDED_BY(mu_);  // a prepare spec's key base
-  SampleTable samples_ GUARDED_BY(mu_);
+  // Users, state and orphans of every sample key (server/sample_lifecycle.h).
+  SampleLifecycle samples_ GUARDED_BY(mu_){[this](uint32_t key) { return cache_->Holds(key); }};
   std::map<uint64_t, std::unique_ptr<Job>> jobs_ GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<Group>> groups_ GUARDED_BY(mu_);  // by job key
   uint32_t next_job_id_ GUARDED_BY(mu_) = 1;
-  SampleStates states_ GUARDED_BY(mu_);  // queued, preparing, cached, transient or bad
-  // Samples no job uses whose state stays while the cache holds them (ForgetIfUnused).
-  std::unordered_set<uint32_t> cached_orphans_ GUARDED_BY(mu_);
-  double next_orphan_sweep_ GUARDED_BY(mu_) = 0;
-  std::vector<uint32_t> orphan_scan_ GUARDED_BY(mu_);  // the sweep in progress
   size_t prep_outstanding_ GUARDED_BY(mu_) = 0;
   uint64_t most_entries_ GUARDED_BY(mu_) = 0;  // the most samples the cache has held
   // Counters.

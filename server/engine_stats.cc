@@ -70,12 +70,12 @@ EngineSnapshot Engine::SnapshotLocked() const {
   s.deliveries = deliveries_;
   s.batches = batches_;
   s.skipped = skipped_;
-  s.bad_samples = states_.Count(SampleState::kBad);
+  s.bad_samples = samples_.states().Count(SampleState::kBad);
   s.pins = pins_;
   s.refcount_total = refs_.total;
-  s.in_flight = states_.Count(SampleState::kPreparing);
-  s.samples_known = samples_.size();
-  s.sample_states = states_.size();
+  s.in_flight = samples_.states().Count(SampleState::kPreparing);
+  s.samples_known = samples_.keys_in_use();
+  s.sample_states = samples_.states().size();
   s.idx_files = reader_.idx_files_loaded();
   s.rounds = scheduler_->rounds();
   s.tree = scheduler_->tree().Nodes();

@@ -49,9 +49,9 @@ void Engine::PrepareFaulted(uint32_t sample, const SampleSource& src,
     const std::string reason = fmt::format(
         "preparing sample {} (\"{}\", prepared as \"{}\") failed inside the server: {}",
         src.record.id, src.record.path, src.spec.ToString(), what);
-    if (states_.MarkFaulted(sample, reason)) log::Error("{}", reason);
+    if (samples_.states().MarkFaulted(sample, reason)) log::Error("{}", reason);
     --prep_outstanding_;
-    ForgetIfUnused(sample);  // a job coming back to it later tries again
+    Check(samples_.Settle(sample));  // a job coming back to it later tries again
     woken_ = true;
   }
   wake_.notify_one();
@@ -65,9 +65,9 @@ void Engine::PrepareInCache(uint32_t sample, const SampleSource& src, PreparePro
       progress.finished = true;
       fn();
       --prep_outstanding_;
-      ForgetIfUnused(sample);  // its last job left while it was being prepared
+      Check(samples_.Settle(sample));  // its last job left while it was being prepared
       // The read below may have loaded the IDX file again after that job's release freed it.
-      if (src.record.source == "idx" && !samples_.Contains(sample) &&
+      if (src.record.source == "idx" && !samples_.InUse(sample) &&
           !samples_.ReadsIdx(src.record.path)) {
         reader_.Forget(src.record.path);
       }
@@ -77,7 +77,7 @@ void Engine::PrepareInCache(uint32_t sample, const SampleSource& src, PreparePro
   };
   // Its last job left while it waited in the queue: reading would load its IDX file again.
   if (src.released()) {
-    return finish([&]() REQUIRES(mu_) { Check(states_.Abandoned(sample)); });
+    return finish([&]() REQUIRES(mu_) { Check(samples_.states().Abandoned(sample)); });
   }
   FaultInjection::MaybeThrow(options_.faults.prepare, "preparation", src.record.id);
   Result<std::vector<uint8_t>> bytes = [&] {
@@ -95,20 +95,20 @@ void Engine::PrepareInCache(uint32_t sample, const SampleSource& src, PreparePro
     slot = cache_->Allocate(sample, shape->bytes(), &evicted);
     progress.allocated = slot.ok();
     // A sample no job uses loses its state with its slot, not at the next orphan sweep.
-    for (uint32_t gone : evicted) ForgetIfUnused(gone);
+    for (uint32_t gone : evicted) Check(samples_.Settle(gone));
   }
   if (!slot.ok()) {
     const StatusCode code = slot.status().code();
     return finish([&]() REQUIRES(mu_) {
       if (code == StatusCode::kAlreadyExists) {
-        if (Status cached = states_.AlreadyCached(sample); !cached.ok()) {
+        if (Status cached = samples_.states().AlreadyCached(sample); !cached.ok()) {
           Check(cached);
-          Check(states_.NoRoom(sample));  // never left preparing: its assembler prepares it
+          Check(samples_.states().NoRoom(sample));  // never left preparing: its assembler prepares it
         }
       } else {
         // No room (pinned samples fill the cache): its assembler prepares it instead.
         if (code != StatusCode::kResourceExhausted) log::Warn("{}", slot.status().ToString());
-        Check(states_.NoRoom(sample));
+        Check(samples_.states().NoRoom(sample));
       }
     });
   }
@@ -129,11 +129,11 @@ void Engine::PrepareInCache(uint32_t sample, const SampleSource& src, PreparePro
   finish([&]() REQUIRES(mu_) {
     if (!committed.ok()) {
       log::Error("sample {}: {}", src.record.id, committed.status().ToString());
-      Check(states_.Abandoned(sample));
+      Check(samples_.states().Abandoned(sample));
       return;
     }
     ++preparations_;
-    Check(states_.Committed(sample, *written));
+    Check(samples_.states().Committed(sample, *written));
   });
 }
 
@@ -289,7 +289,7 @@ void Engine::Assemble(BatchTask task) {
     WorkerLock lock(*this);
     pins_ -= unpinned;
     for (const auto& [sample, status] : out.unreadable) {
-      std::shared_ptr<const SampleSource> source = samples_.Find(sample);
+      std::shared_ptr<const SampleSource> source = samples_.Source(sample);
       if (source) MarkBad(sample, *source, status);
     }
     transient_preparations_ += out.transient;

@@ -39,8 +39,9 @@ std::string_view SampleStateName(SampleState state);
 class SampleStates {
  public:
   SampleState Get(uint32_t sample) const;
-  // Anything but kQueued: the coordinator need not start a preparation for it.
-  bool Ready(uint32_t sample) const { return Get(sample) != SampleState::kQueued; }
+  // kQueued: nobody prepares it and nothing is known of it, so the coordinator must start its
+  // preparation. Any other state is being prepared, prepared, or to be prepared by its assembler.
+  bool NeedsPreparation(uint32_t sample) const { return Get(sample) == SampleState::kQueued; }
   // The shape of a sample committed to the cache at some point (kept after eviction), or null.
   const PreparedShape* Shape(uint32_t sample) const;
   size_t Count(SampleState state) const { return counts_[static_cast<size_t>(state)]; }
@@ -64,10 +65,18 @@ class SampleStates {
   bool MarkFaulted(uint32_t sample, std::string reason);
   // The reason of a sample marked faulted, else null. O(1).
   const std::string* Fault(uint32_t sample) const;
-  // Drops what is known of a sample no job uses any more (a bad one is tried again if a job comes
-  // back to it). FailedPrecondition for a sample being prepared: its worker still reports back.
+  // Drops what is known of a sample (SampleLifecycle calls it for a sample no job uses any more,
+  // and never for a sample bad from its data, which stays bad; a faulted one is dropped, so a job
+  // coming back to it tries again). FailedPrecondition for a sample being prepared: its worker
+  // still reports back.
   Status Forget(uint32_t sample);
   size_t size() const { return entries_.size(); }  // samples with an entry
+  bool Has(uint32_t sample) const { return entries_.count(sample) > 0; }  // O(1) expected
+  // fn(sample, state) for every sample with an entry, in no order. O(entries).
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (const auto& [sample, entry] : entries_) fn(sample, entry.state);
+  }
 
  private:
   struct Entry {

@@ -12,10 +12,10 @@ const PreparedShape kShape{8, 8, 3};
 TEST(SampleStatesTest, TheLifeOfASample) {
   SampleStates s;
   EXPECT_EQ(s.Get(7), SampleState::kQueued);
-  EXPECT_FALSE(s.Ready(7));
+  EXPECT_TRUE(s.NeedsPreparation(7));
   ASSERT_TRUE(s.BeginPreparation(7).ok());
   EXPECT_EQ(s.Get(7), SampleState::kPreparing);
-  EXPECT_TRUE(s.Ready(7));
+  EXPECT_FALSE(s.NeedsPreparation(7));
   ASSERT_TRUE(s.Committed(7, kShape).ok());
   EXPECT_EQ(s.Get(7), SampleState::kCached);
   ASSERT_NE(s.Shape(7), nullptr);
@@ -61,7 +61,7 @@ TEST(SampleStatesTest, LookupsLeavePreparingAndBadSamplesAlone) {
   EXPECT_TRUE(s.LookupHit(1).ok());
   EXPECT_EQ(s.Get(1), SampleState::kBad);
   EXPECT_FALSE(s.BeginPreparation(1).ok()) << "bad is sticky";
-  EXPECT_TRUE(s.Ready(1));
+  EXPECT_FALSE(s.NeedsPreparation(1));
 }
 
 TEST(SampleStatesTest, AbandonedAndAlreadyCachedPreparations) {
