@@ -1,6 +1,8 @@
 // The client's view of a job's batch slot segment (layout: batch_slot_layout.h), which came as
-// the fd attached to its job-info. Thread-safe after Open: it only reads shared memory. The
-// mapping stays valid while this object lives, even after the server closes the segment.
+// the fd attached to its job-info. The mapping is read-write (the segment is this job's alone, and
+// training code may change a batch in place); this class itself only reads it, so it is
+// thread-safe after Open. The mapping stays valid while this object lives, even after the server
+// closes the segment.
 #ifndef CARPOOL_CLIENT_SLOT_MAPPING_H_
 #define CARPOOL_CLIENT_SLOT_MAPPING_H_
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks the dependencies between carpool's folders (DESIGN.md "Layout"); exit 1 on a violation.
+"""Checks the dependencies between carpool's folders (docs/architecture.md "Layers"); exit 1 on a
+violation.
 
 Two checks, both from the same table:
   - every #include "folder/..." in a folder names a folder that LAYERS allows it;
@@ -67,8 +68,9 @@ def check_includes(root):
                         errors.append(
                             f"{os.path.relpath(path, root)}:{line}: includes \"{include}\", but "
                             f"{folder}/ may depend only on {sorted(allowed) or 'include/carpool'}"
-                            f" (cmake/check_layers.py, DESIGN.md \"Layout\"); move the code down "
-                            f"a layer or the file to a folder that may depend on {dep}/")
+                            f" (cmake/check_layers.py, docs/architecture.md \"Layers\"); move "
+                            f"the code down a layer or the file to a folder that may depend on "
+                            f"{dep}/")
     return errors
 
 

@@ -1,5 +1,6 @@
 // The layout of a job's shared-memory batch slot segment, shared by the server (which writes it,
-// server/batch_pool.h) and the client (which maps it read-only, client/slot_mapping.h). It lives
+// server/batch_pool.h) and the client (which maps it read-write, client/slot_mapping.h: the
+// segment is its job's alone, and training code may change a batch in place). It lives
 // here, beside the protocol, so that the client depends on nothing of the server.
 //
 // Segment = SegmentHeader at 0 | SlotHeader[slot_count] at headers_offset |

@@ -1,5 +1,6 @@
 // Test-only reference for the sampling tree: explicit std::set R's, and the nodes recomputed
-// from scratch with DESIGN.md's definitions (not the suffix-intersection identity the tree uses):
+// from scratch with the definitions of docs/architecture.md "The sampling tree and a DSA round"
+// (not the suffix-intersection identity the tree uses):
 //   N_p = (R_p ∩ … ∩ R_n) \ (N_1 ∪ … ∪ N_{p-1}),   L_p = R_p \ (N_1 ∪ … ∪ N_p).
 // Thread-compatible.
 #ifndef CARPOOL_SAMPLER_REFERENCE_TREE_H_

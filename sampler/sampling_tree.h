@@ -1,10 +1,10 @@
-// The dependent sampling tree and the DSA round, as specified in DESIGN.md ("Sampler: the DSA,
-// precisely") after the Joader paper. Pure computation: no I/O, no threads.
+// The dependent sampling tree and the DSA round, as specified in docs/architecture.md ("The
+// sampling tree and a DSA round") after the Joader paper. Pure computation: no I/O, no threads.
 // Thread-compatible: callers serialize access.
 //
 // Jobs are kept in positions 0..n-1, ascending by |R_j| and then by job id. With
 // S_p = R_p ∩ R_{p+1} ∩ … ∩ R_{n-1} (the suffix intersection), the tree holds
-//   spine node N_p = S_p \ S_{p-1}   (S_{-1} = {}; this equals DESIGN.md's N_p)
+//   spine node N_p = S_p \ S_{p-1}   (S_{-1} = {}; this equals the specification's N_p)
 //   leaf       L_p = R_p \ S_p       (L_{n-1} = {})
 // so that R_p is the disjoint union N_0 ∪ … ∪ N_p ∪ L_p. Every node is a roaring bitmap with its
 // size kept alongside. The working bitmaps hold no run containers (see roaring_node.h).

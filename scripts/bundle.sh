@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the portable bundle (DESIGN.md "Portable bundle"): `carpool`, libcarpool.so, every
+# Builds the portable bundle (docs/architecture.md "Packaging"): `carpool`, libcarpool.so, every
 # non-system runtime library the two need, and the Python package, in one folder that runs where
 # it is copied on any x86-64 Linux with glibc >= this machine's, with nothing of carpool's
 # dependencies installed there. Check it with scripts/bundle_smoke.sh.

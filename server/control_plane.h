@@ -1,7 +1,8 @@
 // The server's control plane: an Asio unix-socket listener (mode 0600, or 0660 and a group with
 // --group) on one io thread, with one Session per connection (server/session.h), in the shape of
 // Asio's HTTP server example.
-// Thread-safe: Create/Stop may be called from any thread; everything else runs on the io thread.
+// Thread-safe: Start/Stop may be called from any thread; the sessions run on the io thread, and the
+// JobService calls that may take a while in two small pools of their own (RunJoin, RunControl).
 #ifndef CARPOOL_SERVER_CONTROL_PLANE_H_
 #define CARPOOL_SERVER_CONTROL_PLANE_H_
 

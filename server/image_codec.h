@@ -1,9 +1,9 @@
 // JPEG and PNG without OpenCV imgcodecs: libjpeg-turbo's TurboJPEG API and libpng, so that a
-// portable bundle does not carry imgcodecs and the GDAL it pulls in (DESIGN.md, "Portable
-// bundle"). The decoders return the bytes cv::imdecode returns with IMREAD_COLOR or
-// IMREAD_GRAYSCALE, IMREAD_IGNORE_ORIENTATION and, for JPEG, IMREAD_REDUCED_*, but in RGB order
-// rather than BGR; image_codec_test.cc proves it byte for byte. Other formats go through imgcodecs
-// when the build has it (CMake option CARPOOL_WITH_IMGCODECS).
+// portable bundle does not carry imgcodecs and the GDAL it pulls in (docs/transforms.md
+// "Preparation", docs/architecture.md "Packaging"). The decoders return the bytes cv::imdecode
+// returns with IMREAD_COLOR or IMREAD_GRAYSCALE, IMREAD_IGNORE_ORIENTATION and, for JPEG,
+// IMREAD_REDUCED_*, but in RGB order rather than BGR; image_codec_test.cc proves it byte for byte.
+// Other formats go through imgcodecs when the build has it (CMake option CARPOOL_WITH_IMGCODECS).
 // Stateless free functions: thread-safe. Never throws: library errors become Status.
 #ifndef CARPOOL_SERVER_IMAGE_CODEC_H_
 #define CARPOOL_SERVER_IMAGE_CODEC_H_

@@ -30,9 +30,11 @@ class JobSink {
   virtual void DeliverError(const Status& status) = 0;
 };
 
-// Implemented by the engine. All methods are called on the control plane's single io thread, so
-// they must not block for long (no waiting on preparation). The control plane has already
-// checked: 1 <= batch_size <= max_batch_size, 1 <= prefetch <= max_prefetch, epochs >= 1, a
+// Implemented by the engine. Release is called on the control plane's io thread; CreateJob runs in
+// its join lane (ControlPlane::RunJoin), RemoveJob and Stats in its control lane (RunControl), each
+// a small thread pool, so calls may come at once from several threads. Release must not block
+// (the io thread serves every session); none may wait on preparation ahead. The control plane has
+// already checked: 1 <= batch_size <= max_batch_size, 1 <= prefetch <= max_prefetch, epochs >= 1, a
 // non-empty dataset name, the job count limit, and that a Release names a batch it delivered to
 // that job and that the client has not released yet.
 class JobService {

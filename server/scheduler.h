@@ -1,5 +1,5 @@
 // Scheduler: decides, round by round, which jobs take part in the DSA and keeps each job's decided
-// queue, as in DESIGN.md "Speeds, look-ahead and back-pressure". Pure code driven by a clock that
+// queue (docs/scheduler.md "Tick: trigger and participation"). Pure code driven by a clock that
 // the caller passes in (seconds in the server, ticks in `carpool sim`): no threads, no sleeps, so
 // the server and the simulator run the same code.
 //

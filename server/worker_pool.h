@@ -24,6 +24,9 @@ namespace carpool {
 
 class WorkerPool {
  public:
+  // Names a queue, not a strict priority: kHigh is the ordered queue (the engine's assemblies),
+  // kNormal the FIFO one (its preparations). kHigh goes first except right after a kHigh start
+  // that passed waiting kNormal tasks: while both hold tasks they alternate, so neither starves.
   enum class Priority { kHigh, kNormal };
 
   // Starts `threads` (>= 1) threads; each runs `thread_init` once before its first task.

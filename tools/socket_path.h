@@ -1,4 +1,4 @@
-// Where the server listens: --socket, else <state-dir>/carpool.sock (DESIGN.md "Control protocol").
+// Where the server listens: --socket, else <state-dir>/carpool.sock (docs/server.md, "flags").
 // Shared by `carpool server`, `carpool consume` and `carpool status`. Thread-safe.
 #ifndef CARPOOL_TOOLS_SOCKET_PATH_H_
 #define CARPOOL_TOOLS_SOCKET_PATH_H_

@@ -14,8 +14,9 @@
 //
 // Lifetime:
 //  - A Client only remembers the server's address; each Job holds its own connection, its own
-//    read-only mapping of its batch slots and one background thread that reads frames and sends
-//    heartbeats (every lease/4), so a long training step never loses the lease.
+//    read-write mapping of its batch slots (they are its alone) and one background thread that
+//    reads frames and sends heartbeats (every lease/4), so a long training step never loses the
+//    lease.
 //  - GPU jobs (device "cuda:N"): images and int64 labels are in the server's device memory on
 //    GPU N, mapped into this process through CUDA IPC. Release a batch only after the GPU work
 //    that reads it has finished (synchronize the stream that uses it, or wait on an event
