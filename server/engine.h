@@ -31,6 +31,7 @@
 #include "datasets/sample_reader.h"
 #include "sampler/node_partition.h"
 #include "server/batch_pool.h"
+#include "server/data_parallel_group.h"
 #include "server/engine_samples.h"
 #include "server/engine_snapshot.h"
 #include "server/fault_injection.h"
@@ -44,6 +45,8 @@
 #include "server/worker_pool.h"
 
 namespace carpool {
+
+struct EngineJob;
 
 inline constexpr uint64_t kDefaultCacheBytes = uint64_t{1} << 30;  // 1 GiB
 inline constexpr uint64_t kDefaultLookahead = 0;  // samples; 0: derived (Scheduler)
@@ -94,8 +97,7 @@ class Engine : public JobService {
   const EngineOptions& options() const { return options_; }
 
  private:
-  struct Job;
-  struct Group;  // the ranks of a data-parallel job (engine_job.h, engine_groups.cc)
+  using Job = EngineJob;  // server/engine_job.h
   // One sample of a batch being built: read from the cache (pinned) or prepared by the assembler.
   struct BatchItem {
     uint32_t sample = 0;
@@ -162,22 +164,9 @@ class Engine : public JobService {
   static constexpr size_t kTableAddChunk = 16384;  // samples per hold of mu_: CreateJob, ReleaseTable
   static constexpr size_t kTrimAfterSamples = 10000;  // released at once: return the heap (RemoveJob)
 
-  // Data-parallel jobs (engine_groups.cc). All REQUIRE mu_.
   // Adds `job` (a rank) to its key's group; the last rank to join adds the group to the scheduler.
   // `ids`: this node's part of the dataset; `batches_per_epoch`: what every node agreed on.
   Status JoinGroup(Job& job, const Roaring& ids, uint64_t batches_per_epoch) REQUIRES(mu_);
-  // The rank's slice of the front global batch, taking that batch from the scheduler first;
-  // false when the rank has nothing to build now.
-  bool RankSlice(Job& job, std::vector<Decision>* slice) REQUIRES(mu_);
-  // The group's next global batch (or padding); false: none.
-  bool TakeGlobalBatch(Group& group) REQUIRES(mu_);
-  // After its batch task; the last slice consumes the batch.
-  void SliceAssembled(Job& job) REQUIRES(mu_);
-  // Sends end-of-data once the group's data is all delivered.
-  bool FinishRankIfDone(Job& job) REQUIRES(mu_);
-  void LeaveGroup(Job& job) REQUIRES(mu_);  // RemoveJob of a rank: an early leave fails the others
-  void FailGroup(Group& group, const Status& why) REQUIRES(mu_);
-  void CheckGroups() REQUIRES(mu_);  // fails groups whose ranks did not all join in time
   // Logs a bookkeeping transition that failed (a bug, never expected).
   void Check(const Status& transition) const REQUIRES(mu_);
 
@@ -249,7 +238,8 @@ class Engine : public JobService {
   // Users, state and orphans of every sample key (server/sample_lifecycle.h).
   SampleLifecycle samples_ GUARDED_BY(mu_){[this](uint32_t key) { return cache_->Holds(key); }};
   std::map<uint64_t, std::unique_ptr<Job>> jobs_ GUARDED_BY(mu_);
-  std::map<std::string, std::unique_ptr<Group>> groups_ GUARDED_BY(mu_);  // by job key
+  // Data-parallel jobs by job key; each rank's BatchSource points into its group.
+  std::map<std::string, std::unique_ptr<DataParallelGroup>> groups_ GUARDED_BY(mu_);
   uint32_t next_job_id_ GUARDED_BY(mu_) = 1;
   size_t prep_outstanding_ GUARDED_BY(mu_) = 0;
   uint64_t most_entries_ GUARDED_BY(mu_) = 0;  // the most samples the cache has held

@@ -17,7 +17,7 @@ namespace carpool {
 
 JobSnapshot Engine::SnapshotJob(const Job& job) const {
   JobSnapshot j;
-  if (Result<Scheduler::JobStats> s = scheduler_->Stats(job.sched); s.ok()) {
+  if (Result<Scheduler::JobStats> s = scheduler_->Stats(job.source ? job.source->participant() : 0); s.ok()) {
     j.remaining = s->remaining;
     j.queue_depth = s->queued;
     j.rate = s->rate;
@@ -43,12 +43,7 @@ JobSnapshot Engine::SnapshotJob(const Job& job) const {
   j.done = job.done;
   j.device = job.gpu ? fmt::format("cuda:{}", job.gpu->device()) : "cpu";
   j.prepare_spec = job.prepare_spec;
-  if (job.group != nullptr) {
-    j.job_key = job.group->key;
-    j.rank = job.rank;
-    j.world_size = job.group->world_size();
-    j.padded = job.group->padded;
-  }
+  if (job.source != nullptr) job.source->Describe(j);
   return j;
 }
 

@@ -295,11 +295,8 @@ void Engine::Assemble(BatchTask task) {
     transient_preparations_ += out.transient;
     if (fault) {
       FailJob(job, *fault);
-    } else if (job.group != nullptr) {
-      SliceAssembled(job);  // the group consumes its global batch once every slice is built
     } else {
-      Status consumed = scheduler_->Consume(job.sched, task.decisions, Now());
-      if (!consumed.ok()) log::Error("job {}: {}", job.id, consumed.ToString());
+      job.source->Consumed(task.decisions, Now());  // a rank's: once every slice is built
     }
     job.consumed += task.decisions;
     job.skipped += skipped;
