@@ -20,6 +20,11 @@
 // A pointer member whose pointee is read or written only with the capability held.
 #define PT_GUARDED_BY(x) CARPOOL_THREAD_ANNOTATION_(pt_guarded_by(x))
 
+// The declared order between two capabilities of one object: this one is taken after (before)
+// the ones named, never the other way round (checked under -Wthread-safety-beta).
+#define ACQUIRED_AFTER(...) CARPOOL_THREAD_ANNOTATION_(acquired_after(__VA_ARGS__))
+#define ACQUIRED_BEFORE(...) CARPOOL_THREAD_ANNOTATION_(acquired_before(__VA_ARGS__))
+
 // A function callers must call with the capabilities held (exclusively, or at least shared).
 #define REQUIRES(...) CARPOOL_THREAD_ANNOTATION_(requires_capability(__VA_ARGS__))
 #define REQUIRES_SHARED(...) CARPOOL_THREAD_ANNOTATION_(requires_shared_capability(__VA_ARGS__))

@@ -12,5 +12,5 @@ GEN=()
 if command -v ninja >/dev/null 2>&1; then GEN=(-G Ninja); fi
 cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER="clang++-$CLANG_VERSION" -DCMAKE_C_COMPILER="clang-$CLANG_VERSION" \
-  -DCMAKE_CXX_FLAGS='-Wthread-safety -Werror=thread-safety' ${CARPOOL_CMAKE_ARGS:-}
+  -DCMAKE_CXX_FLAGS='-Wthread-safety -Wthread-safety-beta -Werror=thread-safety -Werror=thread-safety-beta' ${CARPOOL_CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j2

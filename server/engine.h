@@ -2,10 +2,13 @@
 // shared-memory sample cache, the preparation and assembly workers and the jobs' batch slots.
 // docs/server.md describes the threads, the life of a sample and the statistics.
 //
-// Threads: the control plane's io thread calls the JobService methods (they never wait for
-// preparation); one coordinator thread runs the scheduler and hands work to a WorkerPool. Lock
-// order: the engine's mutex, then the cache's (the cache asks the scheduler for next uses while
-// it evicts, so Allocate runs under the engine's mutex). Thread-safe.
+// Threads (docs/architecture.md "Threads and locks"): the control plane calls CreateJob from its
+// join lane, RemoveJob and Stats from its control lane and Release from its io thread (which
+// never waits for the engine's lock); none waits for preparation. One coordinator thread runs
+// the scheduler and hands work to a WorkerPool. Per-sample bookkeeping lives in SampleLifecycle,
+// and each job's batches come from its BatchSource. Lock order: the engine's mutex, then the
+// cache's (the cache asks the scheduler for next uses while it evicts under the next-use policy,
+// so Allocate runs under the engine's mutex). Thread-safe.
 #ifndef CARPOOL_SERVER_ENGINE_H_
 #define CARPOOL_SERVER_ENGINE_H_
 
@@ -211,11 +214,11 @@ class Engine : public JobService {
 
   const EngineOptions options_;
   const Catalog* catalog_;
-  Mutex catalog_mu_;  // the catalog is thread-compatible
+  Mutex catalog_mu_;  // the catalog is thread-compatible; taken alone (before mu_ if ever both)
   SampleReader reader_;
   const std::chrono::steady_clock::time_point start_;
 
-  mutable Mutex mu_;
+  mutable Mutex mu_ ACQUIRED_AFTER(catalog_mu_);
   std::condition_variable wake_;       // the coordinator waits on it
   std::condition_variable assembled_;  // RemoveJob waits on it for the job's batch in flight
   bool woken_ GUARDED_BY(mu_) = false;
@@ -224,7 +227,7 @@ class Engine : public JobService {
     uint32_t slot;
     uint64_t generation;
   };
-  Mutex releases_mu_;  // a leaf: nothing else is taken under it
+  Mutex releases_mu_ ACQUIRED_AFTER(mu_);  // a leaf: nothing else is taken under it
   std::vector<PendingRelease> releases_ GUARDED_BY(releases_mu_);
   std::atomic<bool> releases_pending_{false};
   bool stop_ GUARDED_BY(mu_) = false;
