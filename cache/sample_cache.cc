@@ -131,10 +131,6 @@ Result<SampleCache::Allocation> SampleCache::Allocate(uint32_t sample, uint64_t 
     block = allocator_->Allocate(slot_bytes);
   }
   const uint64_t offset = segment_->data_offset() + block->offset;
-  if (block->carved) {
-    segment_->MarkCarved(block->carved->first_page, block->carved->page_count,
-                         NextGeneration(false));
-  }
   Status inserted = index_.Insert(sample, offset, block->bytes);
   assert(inserted.ok());
   Status pinned = index_.Pin(sample);

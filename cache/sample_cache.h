@@ -1,6 +1,6 @@
 // SampleCache: the server's cache of prepared samples. It joins the index and eviction policy
 // (CacheIndex), the size-class allocator (SlotAllocator) and the shared-memory segment (Segment).
-// Clients read samples through SegmentReader with the SlotRefs this class hands out.
+// Only the server reads the samples (PinnedData); clients never map the cache.
 //
 // Life of a sample: Allocate (evicts by policy to make room; the slot is pinned and invisible to
 // Lookup) -> the caller writes the payload, from any thread -> Commit (readable, unpinned) ->

@@ -123,9 +123,7 @@ Result<std::unique_ptr<Segment>> Segment::Create(const Options& options) {
         options.name, options.data_bytes, page));
   }
   const uint64_t pages = (options.data_bytes + page - 1) / page;
-  const uint64_t table_bytes = (pages * sizeof(uint64_t) + kHeaderBytes - 1) / kHeaderBytes *
-                               kHeaderBytes;
-  const uint64_t data_offset = kHeaderBytes + table_bytes;
+  const uint64_t data_offset = kHeaderBytes;
   const uint64_t total = data_offset + pages * page;
   std::unique_ptr<Segment> seg(new Segment());
   seg->name_ = options.name;
@@ -171,7 +169,6 @@ Result<std::unique_ptr<Segment>> Segment::Create(const Options& options) {
   h->segment_bytes = total;
   h->page_bytes = page;
   h->page_count = pages;
-  h->page_table_offset = kHeaderBytes;
   h->data_offset = data_offset;
   h->magic.store(kSegmentMagic, std::memory_order_release);
   return seg;
@@ -182,21 +179,6 @@ Segment::~Segment() {
   if (creator_ != 0 && creator_ == ::getpid()) {
     bip::shared_memory_object::remove(name_.c_str());
   }
-}
-
-namespace {
-std::atomic<uint64_t>* PageTable(uint8_t* base, const SegmentHeader* h) {
-  return reinterpret_cast<std::atomic<uint64_t>*>(base + h->page_table_offset);
-}
-}  // namespace
-
-void Segment::MarkCarved(uint32_t first_page, uint32_t count, uint64_t generation) {
-  std::atomic<uint64_t>* table = PageTable(base_, header_);
-  for (uint32_t p = first_page; p < first_page + count; ++p) {
-    table[p].store(generation, std::memory_order_relaxed);
-  }
-  // Seqlock writer: the new generation is visible before any byte of the new layout.
-  std::atomic_thread_fence(std::memory_order_release);
 }
 
 void Segment::BeginWrite(uint64_t offset, uint32_t sample, uint64_t payload_bytes,
@@ -226,98 +208,6 @@ SlotRef Segment::RefAt(uint64_t offset) const {
 
 std::span<uint8_t> Segment::Payload(uint64_t offset, uint64_t bytes) {
   return {base_ + offset + kSlotHeaderBytes, bytes};
-}
-
-Result<std::unique_ptr<SegmentReader>> SegmentReader::Open(std::string_view name) {
-  std::unique_ptr<SegmentReader> reader(new SegmentReader());
-  std::string n(name);
-  try {
-    bip::shared_memory_object shm(bip::open_only, n.c_str(), bip::read_only);
-    reader->mapping_ = std::make_unique<SegmentMapping>(
-        SegmentMapping{bip::mapped_region(shm, bip::read_only)});
-  } catch (const bip::interprocess_exception& e) {
-    if (e.get_error_code() == bip::not_found_error) {
-      return Status::NotFound(fmt::format(
-          "cache segment \"{}\" does not exist; is the carpool server running?", n));
-    }
-    return Status::IOError(fmt::format("cannot map cache segment \"{}\": {}", n, BipMessage(e)));
-  }
-  const bip::mapped_region& region = reader->mapping_->region;
-  reader->base_ = static_cast<const uint8_t*>(region.get_address());
-  reader->header_ = reinterpret_cast<const SegmentHeader*>(reader->base_);
-  const uint64_t size = region.get_size();
-  const SegmentHeader* h = reader->header_;
-  bool valid = size >= kHeaderBytes && h->magic.load(std::memory_order_acquire) == kSegmentMagic &&
-               h->layout_version == kLayoutVersion && h->segment_bytes == size &&
-               std::has_single_bit(h->page_bytes) && h->page_table_offset == kHeaderBytes &&
-               h->page_count <= size / h->page_bytes &&
-               h->page_table_offset + h->page_count * sizeof(uint64_t) <= h->data_offset &&
-               h->data_offset + h->page_count * h->page_bytes <= size;
-  if (!valid) {
-    return Status::Corruption(fmt::format(
-        "\"{}\" is not a carpool cache segment of layout version {} (or is still being "
-        "created); restart the server if this persists",
-        n, kLayoutVersion));
-  }
-  return reader;
-}
-
-SegmentReader::~SegmentReader() = default;
-
-Status SegmentReader::CheckBounds(const SlotRef& ref) const {
-  const SegmentHeader* h = header_;
-  uint64_t data_end = h->data_offset + h->page_count * h->page_bytes;
-  bool ok = ref.offset >= h->data_offset && ref.offset < data_end &&
-            (ref.offset - h->data_offset) % 128 == 0 && ref.generation % 2 == 0 &&
-            ref.generation != 0 && ref.bytes <= data_end - ref.offset - kSlotHeaderBytes;
-  if (ok) return Status::OK();
-  return Status::InvalidArgument(fmt::format(
-      "slot ref (offset {}, generation {}, {} bytes) does not fit segment data [{}, {})",
-      ref.offset, ref.generation, ref.bytes, h->data_offset, data_end));
-}
-
-bool SegmentReader::Current(const SlotRef& ref) const {
-  const auto* table = reinterpret_cast<const std::atomic<uint64_t>*>(base_ +
-                                                                     header_->page_table_offset);
-  uint64_t page = (ref.offset - header_->data_offset) / header_->page_bytes;
-  const auto* slot = reinterpret_cast<const SlotHeader*>(base_ + ref.offset);
-  // Seqlock reader: order the caller's earlier data reads before these loads.
-  std::atomic_thread_fence(std::memory_order_acquire);
-  return table[page].load(std::memory_order_acquire) < ref.generation &&
-         slot->generation.load(std::memory_order_acquire) == ref.generation &&
-         slot->payload_bytes == ref.bytes;
-}
-
-bool SegmentReader::Valid(const SlotRef& ref) const {
-  return CheckBounds(ref).ok() && Current(ref);
-}
-
-namespace {
-Status StaleSlot(const SlotRef& ref, std::string_view when) {
-  return Status::Unavailable(fmt::format(
-      "slot at offset {} no longer holds generation {} ({}); look the sample up again",
-      ref.offset, ref.generation, when));
-}
-}  // namespace
-
-Result<std::span<const uint8_t>> SegmentReader::View(const SlotRef& ref) const {
-  Status bounds = CheckBounds(ref);
-  if (!bounds.ok()) return bounds;
-  if (!Current(ref)) return StaleSlot(ref, "evicted or reused");
-  return std::span<const uint8_t>(base_ + ref.offset + kSlotHeaderBytes, ref.bytes);
-}
-
-Result<uint64_t> SegmentReader::Read(const SlotRef& ref, std::span<uint8_t> dst) const {
-  if (dst.size() < ref.bytes) {
-    return Status::InvalidArgument(
-        fmt::format("destination holds {} bytes, the slot {}", dst.size(), ref.bytes));
-  }
-  Status bounds = CheckBounds(ref);
-  if (!bounds.ok()) return bounds;
-  if (!Current(ref)) return StaleSlot(ref, "evicted or reused");
-  std::memcpy(dst.data(), base_ + ref.offset + kSlotHeaderBytes, ref.bytes);
-  if (!Current(ref)) return StaleSlot(ref, "reused while being read");
-  return ref.bytes;
 }
 
 }  // namespace carpool::cache

@@ -1,6 +1,6 @@
 // Segment: the server's read-write mapping of its shared-memory cache segment ("carpool-<instance>"
-// under /dev/shm), and SegmentReader: the read-only mapping that clients and other processes use.
-// Layout and generation protocol: cache/segment_layout.h. Boost.Interprocess exceptions stop here.
+// under /dev/shm). No other process maps it. Layout and slot generations: cache/segment_layout.h.
+// Boost.Interprocess exceptions stop here.
 #ifndef CARPOOL_CACHE_SEGMENT_H_
 #define CARPOOL_CACHE_SEGMENT_H_
 
@@ -49,10 +49,8 @@ class Segment {
   // The whole mapping (header and data area), e.g. to register it for DMA once. O(1).
   std::span<uint8_t> Mapping() const { return {base_, header_->segment_bytes}; }
 
-  // Generation protocol, writer side; offsets are from the segment start and point at a slot
-  // header. REQUIRES: the caller issues strictly increasing generations and serializes these calls.
-  // Pages [first, first+count) of the data area got a new slot layout at `generation`.
-  void MarkCarved(uint32_t first_page, uint32_t count, uint64_t generation);
+  // Slot generations; offsets are from the segment start and point at a slot header.
+  // REQUIRES: the caller issues strictly increasing generations and serializes these calls.
   // Odd `generation`: the slot is being written with `sample` (or is free when retired).
   void BeginWrite(uint64_t offset, uint32_t sample, uint64_t payload_bytes, uint64_t generation);
   void Publish(uint64_t offset, uint64_t generation);  // even: readable
@@ -67,33 +65,6 @@ class Segment {
   pid_t creator_ = 0;
   uint8_t* base_ = nullptr;
   SegmentHeader* header_ = nullptr;
-  std::unique_ptr<SegmentMapping> mapping_;
-};
-
-// Read-only view of a segment. Thread-safe: all methods are const and touch only shared memory.
-class SegmentReader {
- public:
-  // NotFound if no such segment; Corruption if it is not a carpool segment of this layout.
-  static Result<std::unique_ptr<SegmentReader>> Open(std::string_view name);
-  ~SegmentReader();
-  SegmentReader(const SegmentReader&) = delete;
-  SegmentReader& operator=(const SegmentReader&) = delete;
-
-  // Copies the slot's payload into dst (which must hold ref.bytes) and returns the byte count.
-  // Unavailable if the slot no longer holds that generation (evicted or reused: look the sample
-  // up again); InvalidArgument for a ref that does not fit the segment or a short dst.
-  Result<uint64_t> Read(const SlotRef& ref, std::span<uint8_t> dst) const;
-  // Zero-copy access: the bytes are only trustworthy if Valid(ref) is still true after use.
-  Result<std::span<const uint8_t>> View(const SlotRef& ref) const;
-  bool Valid(const SlotRef& ref) const;
-  pid_t owner_pid() const { return header_->owner_pid; }
-
- private:
-  SegmentReader() = default;
-  Status CheckBounds(const SlotRef& ref) const;
-  bool Current(const SlotRef& ref) const;  // generation checks; REQUIRES: CheckBounds(ref).ok()
-  const uint8_t* base_ = nullptr;
-  const SegmentHeader* header_ = nullptr;
   std::unique_ptr<SegmentMapping> mapping_;
 };
 

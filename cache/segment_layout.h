@@ -1,16 +1,11 @@
-// The byte layout of a cache segment, shared by the server (writer) and SegmentReader.
+// The byte layout of a cache segment. Only the server maps it: clients get their batches through
+// their own batch segments (protocol/batch_slot_layout.h), never from the cache.
 //
 //   [0, 4096)                     SegmentHeader
-//   [page_table_offset, ...)      one atomic uint64 per data page: the generation at which the
-//                                 page last got a new slot layout ("carve generation")
 //   [data_offset, segment_bytes)  pages of slots; each slot = SlotHeader + payload
 //
 // Generations come from one per-server counter and are never reused. A committed slot has an even
-// generation; a slot being written, or free, has an odd one. A reader holding SlotRef{offset,
-// generation} accepts the bytes only if, both before and after copying, the page's carve
-// generation is older than the ref and the slot header still carries the ref's generation. The
-// page check is what makes it safe to read the "header" at a stale offset that now lies inside
-// another sample's payload: that page was carved again, so its carve generation is newer.
+// generation; a slot being written, or free, has an odd one.
 #ifndef CARPOOL_CACHE_SEGMENT_LAYOUT_H_
 #define CARPOOL_CACHE_SEGMENT_LAYOUT_H_
 
@@ -20,7 +15,7 @@
 namespace carpool::cache {
 
 inline constexpr uint64_t kSegmentMagic = 0x31304C4F4F505243ULL;  // "CRPOOL01", little-endian
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;  // 2: no page table of carve generations
 inline constexpr uint64_t kHeaderBytes = 4096;
 inline constexpr uint64_t kSlotHeaderBytes = 64;  // keeps payloads 64-byte aligned
 
@@ -34,7 +29,6 @@ struct SegmentHeader {
   uint64_t segment_bytes;
   uint64_t page_bytes;
   uint64_t page_count;
-  uint64_t page_table_offset;
   uint64_t data_offset;
 };
 static_assert(sizeof(SegmentHeader) <= kHeaderBytes);
@@ -48,8 +42,8 @@ struct SlotHeader {
 };
 static_assert(sizeof(SlotHeader) == kSlotHeaderBytes);
 
-// What a client needs to read one cached sample: where its slot is (from the segment start) and
-// which generation of that slot holds it. Plain data; it travels in frames.
+// One cached sample: where its slot is (from the segment start) and which generation of that slot
+// holds it. Plain data.
 struct SlotRef {
   uint64_t offset = 0;
   uint64_t generation = 0;

@@ -146,10 +146,9 @@ Result<SlotAllocator::Block> SlotAllocator::Allocate(uint64_t bytes) {
     slabs_[id].used = 1;
     block_bytes_ += pages64 * page_bytes_;
     ++live_blocks_;
-    return Block{uint64_t{*first} * page_bytes_, pages64 * page_bytes_, Carve{*first, pages}};
+    return Block{uint64_t{*first} * page_bytes_, pages64 * page_bytes_};
   }
   SizeClass& cls = classes_[c];
-  std::optional<Carve> carved;
   int32_t id = cls.partial_head;
   if (id == kNone) {
     std::optional<uint32_t> first = TakeRun(cls.slab_pages);
@@ -159,7 +158,6 @@ Result<SlotAllocator::Block> SlotAllocator::Allocate(uint64_t bytes) {
     }
     id = NewSlab(*first, cls.slab_pages, c);
     LinkPartial(id);
-    carved = Carve{*first, cls.slab_pages};
   }
   Slab& s = slabs_[id];
   uint32_t block;
@@ -172,8 +170,7 @@ Result<SlotAllocator::Block> SlotAllocator::Allocate(uint64_t bytes) {
   if (++s.used == cls.blocks_per_slab) UnlinkPartial(id);
   block_bytes_ += cls.block_bytes;
   ++live_blocks_;
-  return Block{uint64_t{s.first_page} * page_bytes_ + block * cls.block_bytes, cls.block_bytes,
-               carved};
+  return Block{uint64_t{s.first_page} * page_bytes_ + block * cls.block_bytes, cls.block_bytes};
 }
 
 void SlotAllocator::Free(uint64_t offset) {

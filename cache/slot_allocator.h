@@ -35,16 +35,9 @@ class SlotAllocator {
   static constexpr uint64_t kMinBlock = 128;   // also the block alignment
   static constexpr uint32_t kMaxSlabPages = 8;
 
-  // Pages [first, first + count) were given a new layout by this allocation. Anything that once
-  // lived there (old slot headers) is gone; the segment records this for stale readers.
-  struct Carve {
-    uint32_t first_page = 0;
-    uint32_t page_count = 0;
-  };
   struct Block {
     uint64_t offset = 0;  // from the start of the range; a multiple of kMinBlock
     uint64_t bytes = 0;   // the block's size: the request rounded up to its class or span
-    std::optional<Carve> carved;
   };
 
   // REQUIRES: page_bytes is a power of two >= 4096 and >= kMinBlock * 8.

@@ -24,8 +24,11 @@ LAYERS = {
     "protocol": {"common"},
     "server": {"common", "sampler", "cache", "datasets", "protocol"},
     "client": {"common", "protocol"},
-    "tools": _ALL,
-    "tests": _ALL | {"tools"},
+    # The simulators (`carpool sim`): the sampler, cache and scheduler in simulated time. Nothing
+    # that serves includes them.
+    "sim": {"common", "sampler", "cache", "server"},
+    "tools": _ALL | {"sim"},
+    "tests": _ALL | {"sim", "tools"},
 }
 # include/carpool is the public API. client.h and carpool.h belong to the client library; status.h
 # and types.h, which they include, are shared by every layer.

@@ -38,6 +38,8 @@ BAD = {
         {"server/CMakeLists.txt": ("add_library(carpool_control pool.cc)\n"
                                    "target_link_libraries(carpool_control PUBLIC carpool_cache)\n")},
         "carpool_control links no library of protocol/"),
+    "server includes a simulator": (
+        {"server/pool.cc": '#include "sim/sim.h"\n'}, 'includes "sim/sim.h"'),
     "client links the server": (
         {"client/CMakeLists.txt": ("add_library(carpool_client client.cc)\n"
                                    "target_link_libraries(carpool_client PUBLIC carpool_protocol\n"

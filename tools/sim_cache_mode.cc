@@ -9,7 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "server/scheduler_sim.h"
+#include "sim/scheduler_sim.h"
 
 namespace carpool::tools {
 namespace {

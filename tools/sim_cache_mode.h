@@ -1,5 +1,5 @@
 // `carpool sim --cache N ...`: the jobs of `carpool sim` run through the server's Scheduler and
-// CacheIndex in simulated ticks (server/scheduler_sim.h) instead of the bare sampler loop.
+// CacheIndex in simulated ticks (sim/scheduler_sim.h) instead of the bare sampler loop.
 // In this mode a job's @START is a tick and xSPEED is deliveries per tick (any number > 0); the
 // timing flags (--jitter, --jitter-period, --prep-capacity, --batch, --pacing) model a server that
 // can fall behind.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cache/cache_index.h"
-#include "sampler/sim.h"
+#include "sim/sim.h"
 
 namespace carpool::tools {
 

@@ -1,5 +1,5 @@
 // `carpool sim`: the sampler without I/O. Builds the jobs from --job specs (id ranges, or datasets
-// of the catalog), runs sampler/sim.h's loop and prints the summary, optionally a CSV trace.
+// of the catalog), runs sim/sim.h's loop and prints the summary, optionally a CSV trace.
 // With a cache option (--cache, --policy, --lookahead, --prefetch, --jitter, --jitter-period,
 // --prep-capacity, --batch, --pacing, --tick-trace) it runs the scheduler and cache instead
 // (tools/sim_cache_mode.h).
@@ -18,8 +18,8 @@
 
 #include "datasets/catalog.h"
 #include "datasets/state_dir.h"
-#include "sampler/sim.h"
-#include "sampler/sim_spec.h"
+#include "sim/sim.h"
+#include "sim/sim_spec.h"
 #include "tools/command.h"
 #include "tools/options.h"
 #include "tools/sim_cache_mode.h"

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "sampler/sim.h"
+#include "sim/sim.h"
 
 namespace carpool::tools {
 

@@ -1,4 +1,4 @@
-#include "server/scheduler_sim.h"
+#include "sim/scheduler_sim.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 
 #include "common/splitmix.h"
 #include "sampler/rng.h"
-#include "server/belady.h"
+#include "sim/belady.h"
 #include "server/scheduler.h"
 
 namespace carpool {

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "carpool/client.h"
-#include "tools/bench_e2e_procs.h"
-#include "tools/command.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_e2e_procs.h"
 #include "tools/options.h"
 
 namespace carpool::tools {

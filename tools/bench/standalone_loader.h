@@ -6,8 +6,8 @@
 // order, up to `prefetch` batches ahead of the consumer.
 //
 // Thread contract: Next() and preparations() from one thread at a time; the workers are internal.
-#ifndef CARPOOL_TOOLS_STANDALONE_LOADER_H_
-#define CARPOOL_TOOLS_STANDALONE_LOADER_H_
+#ifndef CARPOOL_TOOLS_BENCH_STANDALONE_LOADER_H_
+#define CARPOOL_TOOLS_BENCH_STANDALONE_LOADER_H_
 
 #include <atomic>
 #include <condition_variable>
@@ -92,4 +92,4 @@ class StandaloneLoader {
 
 }  // namespace carpool::tools
 
-#endif  // CARPOOL_TOOLS_STANDALONE_LOADER_H_
+#endif  // CARPOOL_TOOLS_BENCH_STANDALONE_LOADER_H_

@@ -17,8 +17,8 @@
 // what is left at the end of the tick prepares queued samples ahead, earliest deadline first, as
 // the engine's idle workers do. Without one (0), a miss costs nothing and nothing is prepared
 // ahead. Thread-compatible.
-#ifndef CARPOOL_SERVER_SCHEDULER_SIM_H_
-#define CARPOOL_SERVER_SCHEDULER_SIM_H_
+#ifndef CARPOOL_SIM_SCHEDULER_SIM_H_
+#define CARPOOL_SIM_SCHEDULER_SIM_H_
 
 #include <cstdint>
 #include <functional>
@@ -138,4 +138,4 @@ Result<SchedulerSimResult> RunSchedulerSim(
 
 }  // namespace carpool
 
-#endif  // CARPOOL_SERVER_SCHEDULER_SIM_H_
+#endif  // CARPOOL_SIM_SCHEDULER_SIM_H_

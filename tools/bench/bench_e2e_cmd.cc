@@ -1,7 +1,8 @@
 // `carpool bench`: end-to-end benchmarks. `carpool bench e2e` runs training-job scenarios against
-// carpool and against the standalone baseline in the same run (tools/bench_e2e.h) and prints the
-// tables of docs/benchmarks.md; `carpool bench standalone` is one baseline job (one process),
-// which bench e2e spawns per job so that the kernel accounts each job's CPU.
+// carpool and against the standalone baseline in the same run (tools/bench/bench_e2e.h) and prints
+// the tables of docs/benchmarks.md; `carpool bench standalone` is one baseline job (one process),
+// which bench e2e spawns per job so that the kernel accounts each job's CPU. RunBench dispatches
+// the verbs (tools/bench/bench.h); tools/bench_cmd.cc registers it as the `bench` command.
 #include <fmt/core.h>
 #include <unistd.h>
 
@@ -17,19 +18,16 @@
 #include <vector>
 
 #include "datasets/state_dir.h"
-#include "tools/bench_e2e.h"
-#include "tools/bench_e2e_data.h"
-#include "tools/bench_e2e_procs.h"
-#include "tools/bench_e2e_report.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_e2e.h"
+#include "tools/bench/bench_e2e_data.h"
+#include "tools/bench/bench_e2e_procs.h"
+#include "tools/bench/bench_e2e_report.h"
+#include "tools/bench/standalone_loader.h"
 #include "tools/cache_fraction.h"
-#include "tools/command.h"
 #include "tools/options.h"
-#include "tools/standalone_loader.h"
 
 namespace carpool::tools {
-
-int BenchLoad(int argc, char** argv);     // tools/bench_load.cc
-int BenchControl(int argc, char** argv);  // tools/bench_control.cc
 
 namespace {
 
@@ -424,7 +422,9 @@ int E2e(int argc, char** argv) {
   return 0;
 }
 
-int Bench(int argc, char** argv) {
+}  // namespace
+
+int RunBench(int argc, char** argv) {
   const std::string_view verb = argc >= 2 ? argv[1] : "";
   if (verb == "e2e") return E2e(argc - 1, argv + 1);
   if (verb == "standalone") return Standalone(argc - 1, argv + 1);
@@ -438,8 +438,4 @@ int Bench(int argc, char** argv) {
   return 2;
 }
 
-const CommandRegistrar kRegistrar("bench", "end-to-end benchmarks: carpool against baselines",
-                                  Bench);
-
-}  // namespace
 }  // namespace carpool::tools

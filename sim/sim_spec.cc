@@ -1,4 +1,4 @@
-#include "sampler/sim_spec.h"
+#include "sim/sim_spec.h"
 
 #include <fmt/core.h>
 

@@ -25,9 +25,9 @@
 #include "carpool/client.h"
 #include "server/batch_pool.h"
 #include "server/instance_name.h"
-#include "tools/bench_e2e_procs.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_e2e_procs.h"
 #include "tools/cache_fraction.h"
-#include "tools/command.h"
 #include "tools/options.h"
 
 namespace carpool::tools {
@@ -494,7 +494,7 @@ int Load(int argc, char** argv) {
 
 }  // namespace
 
-// `carpool bench load` (tools/bench_e2e_cmd.cc dispatches here).
+// `carpool bench load` (tools/bench/bench_e2e_cmd.cc dispatches here).
 int BenchLoad(int argc, char** argv) { return Load(argc, argv); }
 
 }  // namespace carpool::tools

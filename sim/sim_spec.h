@@ -3,10 +3,10 @@
 //   NAME=dataset:REGISTERED_NAME[@START][xSPEED]
 // START is the round at which the job joins (default 0); SPEED in (0, 1] is the probability that
 // the job takes part in a round (default 1). With a cache (`carpool sim --cache N`, see
-// server/scheduler_sim.h) START is a tick and SPEED any number > 0 of deliveries per tick.
+// sim/scheduler_sim.h) START is a tick and SPEED any number > 0 of deliveries per tick.
 // Pure parsing; thread-compatible.
-#ifndef CARPOOL_SAMPLER_SIM_SPEC_H_
-#define CARPOOL_SAMPLER_SIM_SPEC_H_
+#ifndef CARPOOL_SIM_SIM_SPEC_H_
+#define CARPOOL_SIM_SIM_SPEC_H_
 
 #include <cstdint>
 #include <roaring/roaring.hh>
@@ -41,4 +41,4 @@ Result<Roaring> RangeIds(const JobSpec& spec, uint64_t seed);
 
 }  // namespace carpool
 
-#endif  // CARPOOL_SAMPLER_SIM_SPEC_H_
+#endif  // CARPOOL_SIM_SIM_SPEC_H_

@@ -6,8 +6,8 @@
 // from a transient buffer, as the server does when the cache is full of pinned samples). With
 // that bypass MIN is optimal for any demand-fetching cache, so no policy can need fewer misses.
 // Pure function; thread-safe.
-#ifndef CARPOOL_SERVER_BELADY_H_
-#define CARPOOL_SERVER_BELADY_H_
+#ifndef CARPOOL_SIM_BELADY_H_
+#define CARPOOL_SIM_BELADY_H_
 
 #include <cstdint>
 #include <span>
@@ -24,4 +24,4 @@ BeladyResult BeladyMin(std::span<const uint32_t> requests, uint64_t capacity);
 
 }  // namespace carpool
 
-#endif  // CARPOOL_SERVER_BELADY_H_
+#endif  // CARPOOL_SIM_BELADY_H_

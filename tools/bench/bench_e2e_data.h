@@ -2,8 +2,8 @@
 // (kept and reused across runs), registered in the folder's own catalog as "e2e", plus two derived
 // datasets that overlap by half: "e2e-a" (the first two thirds of e2e's ids) and "e2e-b" (the last
 // two thirds), so |a ∩ b| = |a| / 2 = |b| / 2. Thread-compatible.
-#ifndef CARPOOL_TOOLS_BENCH_E2E_DATA_H_
-#define CARPOOL_TOOLS_BENCH_E2E_DATA_H_
+#ifndef CARPOOL_TOOLS_BENCH_BENCH_E2E_DATA_H_
+#define CARPOOL_TOOLS_BENCH_BENCH_E2E_DATA_H_
 
 #include <cstdint>
 #include <filesystem>
@@ -38,4 +38,4 @@ Result<E2eData> PrepareE2eData(const std::string& exe, const std::filesystem::pa
 
 }  // namespace carpool::tools
 
-#endif  // CARPOOL_TOOLS_BENCH_E2E_DATA_H_
+#endif  // CARPOOL_TOOLS_BENCH_BENCH_E2E_DATA_H_

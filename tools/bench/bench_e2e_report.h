@@ -3,14 +3,14 @@
 // a scenario at one cache size; the goals and the torchvision comparison read the rows of the
 // run's first cache (by default the one that holds the whole prepared set).
 // Stateless functions: thread-safe.
-#ifndef CARPOOL_TOOLS_BENCH_E2E_REPORT_H_
-#define CARPOOL_TOOLS_BENCH_E2E_REPORT_H_
+#ifndef CARPOOL_TOOLS_BENCH_BENCH_E2E_REPORT_H_
+#define CARPOOL_TOOLS_BENCH_BENCH_E2E_REPORT_H_
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "tools/bench_e2e.h"
+#include "tools/bench/bench_e2e.h"
 #include "tools/cache_fraction.h"
 
 namespace carpool::tools {
@@ -50,4 +50,4 @@ std::string E2eJson(const E2eRunInfo& info, const std::vector<E2eScenarioResult>
 
 }  // namespace carpool::tools
 
-#endif  // CARPOOL_TOOLS_BENCH_E2E_REPORT_H_
+#endif  // CARPOOL_TOOLS_BENCH_BENCH_E2E_REPORT_H_

@@ -11,8 +11,8 @@
 //     const RoundRecord& r = sim.FinishRound(participants);
 //     stats.AfterRound(r);                       // and a trace, a cache, ...
 //   }
-#ifndef CARPOOL_SAMPLER_SIM_H_
-#define CARPOOL_SAMPLER_SIM_H_
+#ifndef CARPOOL_SIM_SIM_H_
+#define CARPOOL_SIM_SIM_H_
 
 #include <cstdint>
 #include <functional>
@@ -145,4 +145,4 @@ SimSummary RunToEnd(Simulation& sim, SimStats& stats,
 
 }  // namespace carpool
 
-#endif  // CARPOOL_SAMPLER_SIM_H_
+#endif  // CARPOOL_SIM_SIM_H_

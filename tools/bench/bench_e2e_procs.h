@@ -2,8 +2,8 @@
 // wait4 so that each child's CPU time (all its threads, and its own reaped children) is measured
 // by the kernel, not estimated. Thread-compatible: one scenario at a time per process, since
 // reaping uses wait4(-1).
-#ifndef CARPOOL_TOOLS_BENCH_E2E_PROCS_H_
-#define CARPOOL_TOOLS_BENCH_E2E_PROCS_H_
+#ifndef CARPOOL_TOOLS_BENCH_BENCH_E2E_PROCS_H_
+#define CARPOOL_TOOLS_BENCH_BENCH_E2E_PROCS_H_
 
 #include <sys/types.h>
 
@@ -71,4 +71,4 @@ std::string LoadAverages();
 
 }  // namespace carpool::tools
 
-#endif  // CARPOOL_TOOLS_BENCH_E2E_PROCS_H_
+#endif  // CARPOOL_TOOLS_BENCH_BENCH_E2E_PROCS_H_

@@ -1,4 +1,4 @@
-#include "tools/standalone_loader.h"
+#include "tools/bench/standalone_loader.h"
 
 #include <fmt/core.h>
 

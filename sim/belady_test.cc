@@ -1,4 +1,4 @@
-#include "server/belady.h"
+#include "sim/belady.h"
 
 #include <gtest/gtest.h>
 

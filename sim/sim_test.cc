@@ -1,4 +1,4 @@
-#include "sampler/sim.h"
+#include "sim/sim.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "sampler/sim_spec.h"
+#include "sim/sim_spec.h"
 #include "sampler/stats_testing.h"
 
 namespace carpool {

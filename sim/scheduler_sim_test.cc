@@ -1,4 +1,4 @@
-#include "server/scheduler_sim.h"
+#include "sim/scheduler_sim.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "tools/bench_e2e_report.h"
+#include "tools/bench/bench_e2e_report.h"
 
 #include <fmt/core.h>
 

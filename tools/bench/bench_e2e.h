@@ -1,10 +1,10 @@
 // `carpool bench e2e`: scenarios of training jobs run two ways in the same run, each job a real
 // process. carpool: one `carpool server` process and a `carpool consume` process per job.
-// Baseline: a `carpool bench standalone` process per job (tools/standalone_loader.h), the worker
-// threads split across the jobs so that the total equals the server's. CPU time is the kernel's
-// (wait4) for every process of a side, the server included. Thread-compatible.
-#ifndef CARPOOL_TOOLS_BENCH_E2E_H_
-#define CARPOOL_TOOLS_BENCH_E2E_H_
+// Baseline: a `carpool bench standalone` process per job (tools/bench/standalone_loader.h), the
+// worker threads split across the jobs so that the total equals the server's. CPU time is the
+// kernel's (wait4) for every process of a side, the server included. Thread-compatible.
+#ifndef CARPOOL_TOOLS_BENCH_BENCH_E2E_H_
+#define CARPOOL_TOOLS_BENCH_BENCH_E2E_H_
 
 #include <cstdint>
 #include <filesystem>
@@ -103,4 +103,4 @@ Result<E2eSideResult> RunBaselineSide(const E2eSetup& setup, const E2eScenario& 
 
 }  // namespace carpool::tools
 
-#endif  // CARPOOL_TOOLS_BENCH_E2E_H_
+#endif  // CARPOOL_TOOLS_BENCH_BENCH_E2E_H_

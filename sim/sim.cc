@@ -1,4 +1,4 @@
-#include "sampler/sim.h"
+#include "sim/sim.h"
 
 #include <fmt/core.h>
 

@@ -1,4 +1,4 @@
-#include "tools/bench_e2e_procs.h"
+#include "tools/bench/bench_e2e_procs.h"
 
 #include <fcntl.h>
 #include <fmt/core.h>

@@ -1,4 +1,4 @@
-#include "tools/bench_e2e_data.h"
+#include "tools/bench/bench_e2e_data.h"
 
 #include <fmt/core.h>
 
@@ -9,7 +9,7 @@
 
 #include "datasets/catalog.h"
 #include "datasets/derived.h"
-#include "tools/bench_e2e_procs.h"
+#include "tools/bench/bench_e2e_procs.h"
 
 namespace carpool::tools {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/bench_e2e.h"
+#include "tools/bench/bench_e2e.h"
 
 #include <fmt/core.h>
 
@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "carpool/client.h"
-#include "tools/bench_e2e_procs.h"
+#include "tools/bench/bench_e2e_procs.h"
 
 namespace carpool::tools {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "server/scheduler_sim.h"
+#include "sim/scheduler_sim.h"
 
 namespace carpool {
 namespace {
