@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <bit>
 #include <cassert>
+#include <cmath>
+#include <limits>
 
 namespace carpool::cache {
 
@@ -17,20 +19,46 @@ uint64_t AutoPageBytes(uint64_t capacity) {
 
 }  // namespace
 
-SampleCache::SampleCache(const CacheIndex::Options& index_options, const NextUseOracle* oracle)
-    : index_(index_options, oracle) {}
+SampleCache::SampleCache(const CacheOptions& options, const CacheIndex::Options& index_options)
+    : clock_origin_(options.clock_origin), index_(index_options, &stored_next_use_) {}
+
+// Not analyzed: CacheIndex calls the oracle from inside its methods, which run under mu_.
+double SampleCache::StoredNextUse::NextUse(uint32_t sample) const NO_THREAD_SAFETY_ANALYSIS {
+  return cache_.NextUseLocked(sample);
+}
+
+double SampleCache::NextUseLocked(uint32_t sample) const {
+  if (auto it = next_use_at_.find(sample); it != next_use_at_.end()) {
+    const double now =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_origin_).count();
+    return std::max(0.0, it->second - now);
+  }
+  const uint32_t count = index_.RefCount(sample);
+  return count == 0 ? std::numeric_limits<double>::infinity() : kUndecidedSeconds / count;
+}
+
+void SampleCache::SetNextUse(uint32_t sample, double at) {
+  MutexLock lock(mu_);
+  if (std::isinf(at)) {
+    next_use_at_.erase(sample);
+  } else {
+    next_use_at_[sample] = at;
+  }
+}
+
+void SampleCache::NextUses(std::span<const uint32_t> samples, std::span<double> out) const {
+  MutexLock lock(mu_);
+  for (size_t i = 0; i < samples.size() && i < out.size(); ++i) out[i] = NextUseLocked(samples[i]);
+}
 
 SampleCache::~SampleCache() = default;
 
 // Not analyzed: the new object is not shared yet, so its guarded members need no lock.
-Result<std::unique_ptr<SampleCache>> SampleCache::Create(
-    const CacheOptions& options, const NextUseOracle* oracle) NO_THREAD_SAFETY_ANALYSIS {
-  if (options.policy == EvictionPolicy::kNextUse && oracle == nullptr) {
-    return Status::InvalidArgument("the next-use policy needs a NextUseOracle; pass the scheduler");
-  }
+Result<std::unique_ptr<SampleCache>> SampleCache::Create(const CacheOptions& options)
+    NO_THREAD_SAFETY_ANALYSIS {
   CacheIndex::Options index_options{options.policy, 0, options.next_use_scan_limit};
   if (options.capacity_bytes == 0) {
-    return std::unique_ptr<SampleCache>(new SampleCache(index_options, oracle));
+    return std::unique_ptr<SampleCache>(new SampleCache(options, index_options));
   }
   Result<std::string> name = SegmentName(options.instance);
   if (!name.ok()) return name.status();
@@ -44,7 +72,7 @@ Result<std::unique_ptr<SampleCache>> SampleCache::Create(
       Segment::Create({*name, options.capacity_bytes, page});
   if (!segment.ok()) return segment.status();
   index_options.capacity_bytes = (*segment)->data_bytes();
-  std::unique_ptr<SampleCache> cache(new SampleCache(index_options, oracle));
+  std::unique_ptr<SampleCache> cache(new SampleCache(options, index_options));
   cache->allocator_ = std::make_unique<SlotAllocator>((*segment)->data_bytes(), page);
   cache->segment_ = std::move(*segment);
   cache->segment_name_ = *name;

@@ -13,6 +13,7 @@
 #ifndef CARPOOL_CACHE_SAMPLE_CACHE_H_
 #define CARPOOL_CACHE_SAMPLE_CACHE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -35,6 +36,8 @@ struct CacheOptions {
   EvictionPolicy policy = EvictionPolicy::kRefCnt;
   uint64_t page_bytes = 0;           // 0: capacity/1024 as a power of two in [64 KiB, 4 MiB]
   size_t next_use_scan_limit = 0;    // see CacheIndex::Options
+  // SetNextUse's times are seconds since this instant (the server's scheduler clock).
+  std::chrono::steady_clock::time_point clock_origin = std::chrono::steady_clock::now();
 };
 
 struct CacheStats {
@@ -51,10 +54,9 @@ class SampleCache {
     std::span<uint8_t> data;   // ref.bytes writable bytes in the segment
   };
 
-  // REQUIRES: `oracle` outlives the cache; non-null for EvictionPolicy::kNextUse. The oracle is
-  // called with the cache's mutex held and must not call back into the cache.
-  static Result<std::unique_ptr<SampleCache>> Create(const CacheOptions& options,
-                                                     const NextUseOracle* oracle = nullptr);
+  // The next-use policy ranks samples by the times SetNextUse gave (the cache asks nobody while
+  // it evicts, so Allocate needs no lock of its caller's).
+  static Result<std::unique_ptr<SampleCache>> Create(const CacheOptions& options);
   ~SampleCache();  // retires nothing; unlinks the segment (Segment's destructor)
   SampleCache(const SampleCache&) = delete;
   SampleCache& operator=(const SampleCache&) = delete;
@@ -94,6 +96,15 @@ class SampleCache {
   uint64_t DecidedEntries() const;
   void SetRefCount(uint32_t sample, uint32_t count);
   uint32_t RefCount(uint32_t sample) const;
+  // When a job is next expected to take `sample`, in seconds since options.clock_origin
+  // (RefCountSink::NextUseChanged); +infinity: no job has decided it. O(1) expected.
+  void SetNextUse(uint32_t sample, double at);
+  // Seconds from now until each sample's next use, as the next-use policy ranks them: the time
+  // SetNextUse gave (0 when overdue); for a sample no job has decided, +infinity with reference
+  // count 0 (nobody needs it), else kUndecidedSeconds over its count (needed later, sooner the
+  // more jobs hold it). For the GPU's resident area. O(n) under the cache's lock.
+  void NextUses(std::span<const uint32_t> samples, std::span<double> out) const;
+  static constexpr double kUndecidedSeconds = 1e9;
 
   CacheStats Stats() const;
   // Empty when the cache is disabled (capacity 0).
@@ -107,13 +118,27 @@ class SampleCache {
   }
 
  private:
-  SampleCache(const CacheIndex::Options& index_options, const NextUseOracle* oracle);
+  // The next-use policy's oracle: the cache's own stored times, read under its mutex.
+  class StoredNextUse : public NextUseOracle {
+   public:
+    explicit StoredNextUse(const SampleCache& cache) : cache_(cache) {}
+    double NextUse(uint32_t sample) const override;
+
+   private:
+    const SampleCache& cache_;
+  };
+
+  explicit SampleCache(const CacheOptions& options, const CacheIndex::Options& index_options);
+  double NextUseLocked(uint32_t sample) const REQUIRES(mu_);
   // Odd when !committed; strictly increasing.
   uint64_t NextGeneration(bool committed) REQUIRES(mu_);
   void FreeSlot(uint64_t offset) REQUIRES(mu_);  // retire the generation, return the block
   void FreeEvicted(const std::vector<CacheIndex::Evicted>& evicted) REQUIRES(mu_);
 
   mutable Mutex mu_;
+  const std::chrono::steady_clock::time_point clock_origin_;
+  StoredNextUse stored_next_use_{*this};
+  std::unordered_map<uint32_t, double> next_use_at_ GUARDED_BY(mu_);  // decided samples only
   CacheIndex index_ GUARDED_BY(mu_);
   std::unique_ptr<SlotAllocator> allocator_ GUARDED_BY(mu_);  // null when disabled
   std::unique_ptr<Segment> segment_;          // null when disabled

@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <set>
@@ -167,12 +169,32 @@ TEST(SampleCacheTest, ZeroCapacityMeansNoCache) {
   EXPECT_EQ(cache->Stats().index.misses, 1u);
 }
 
-TEST(SampleCacheTest, NextUseNeedsAnOracle) {
-  CacheOptions o;
-  o.instance = Instance("oracle");
-  o.capacity_bytes = 1 << 20;
-  o.policy = EvictionPolicy::kNextUse;
-  EXPECT_EQ(SampleCache::Create(o).status().code(), StatusCode::kInvalidArgument);
+// The next-use policy ranks by the times SetNextUse stored: no oracle is called back.
+TEST(SampleCacheTest, NextUseEvictsTheFurthestStoredUseFirst) {
+  std::unique_ptr<SampleCache> cache = MakeCache("nextuse", 1 << 20, EvictionPolicy::kNextUse);
+  ASSERT_NE(cache, nullptr);
+  std::vector<uint32_t> evicted;
+  uint32_t s = 0;
+  for (; s < 64 && evicted.empty(); ++s) {
+    cache->AddRef(s, 1);
+    cache->AddDecided(s, +1);
+    cache->SetNextUse(s, s == 3 ? 1e6 : 10.0 + s);  // sample 3 is needed last
+    Result<SampleCache::Allocation> a = cache->Allocate(s, 100000, &evicted);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(cache->Commit(s).ok());
+  }
+  ASSERT_FALSE(evicted.empty()) << "the cache never filled";
+  EXPECT_EQ(evicted.front(), 3u);
+  // What the GPU's resident area reads: stored time from now, then undecided by count.
+  cache->SetNextUse(5, std::numeric_limits<double>::infinity());
+  cache->AddDecided(5, -1);
+  cache->AddRef(5, 1);  // two jobs hold it, none has decided it
+  const std::vector<uint32_t> ask = {4, 5, 999};
+  std::vector<double> when(ask.size());
+  cache->NextUses(ask, when);
+  EXPECT_LE(when[0], 14.0);
+  EXPECT_DOUBLE_EQ(when[1], SampleCache::kUndecidedSeconds / 2);
+  EXPECT_TRUE(std::isinf(when[2])) << "no job holds it";
 }
 
 // Random churn through the facade with mixed sizes: accounting returns to zero.

@@ -24,6 +24,10 @@ void Engine::RefSink::AddDecided(SampleId sample, int64_t delta) {
   if (cache != nullptr) (void)cache->AddDecided(sample, delta);
 }
 
+void Engine::RefSink::NextUseChanged(SampleId sample, double at) {
+  if (cache != nullptr) cache->SetNextUse(sample, at);
+}
+
 void Engine::RefSink::AddRefAll(const Roaring& set, int64_t delta) {
   total += delta * static_cast<int64_t>(set.cardinality());
   if (cache == nullptr) return;
@@ -48,8 +52,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   co.instance = options.instance;
   co.capacity_bytes = options.cache_bytes;
   co.policy = options.policy;
-  Result<std::unique_ptr<cache::SampleCache>> cache = cache::SampleCache::Create(
-      co, options.policy == cache::EvictionPolicy::kNextUse ? e->scheduler_.get() : nullptr);
+  co.clock_origin = e->start_;  // the scheduler's clock: Engine::Now()
+  Result<std::unique_ptr<cache::SampleCache>> cache = cache::SampleCache::Create(co);
   if (!cache.ok()) return cache.status();
   e->cache_ = std::move(*cache);
   e->refs_.cache = e->cache_.get();
@@ -57,10 +61,10 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   go.devices = options.gpus;
   go.resident_bytes = options.gpu_cache_bytes;
   go.host_region = e->cache_->Mapping();
-  go.next_use = [raw = e.get()](std::span<const uint32_t> samples, std::span<double> out) {
-    MutexLock lock(raw->mu_);
-    for (size_t i = 0; i < samples.size(); ++i) out[i] = raw->scheduler_->NextUse(samples[i]);
-  };
+  // Next uses as the scheduler last reported them to the cache: a GPU never takes the engine's
+  // lock, only the cache's (a leaf).
+  go.next_use = [cache = e->cache_.get()](std::span<const uint32_t> samples,
+                                          std::span<double> out) { cache->NextUses(samples, out); };
   Result<std::vector<std::unique_ptr<GpuService>>> gpus = CreateGpuServices(go);
   if (!gpus.ok()) return gpus.status();
   e->gpus_ = std::move(*gpus);

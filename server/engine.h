@@ -7,8 +7,9 @@
 // never waits for the engine's lock); none waits for preparation. One coordinator thread runs
 // the scheduler and hands work to a WorkerPool. Per-sample bookkeeping lives in SampleLifecycle,
 // and each job's batches come from its BatchSource. Lock order: the engine's mutex, then the
-// cache's (the cache asks the scheduler for next uses while it evicts under the next-use policy,
-// so Allocate runs under the engine's mutex). Thread-safe.
+// cache's; a GPU's mutex, then the cache's. Nothing calls up a layer under a lock: the scheduler
+// reports next uses to the cache (RefCountSink::NextUseChanged), which ranks evictions, its own
+// and the GPUs' resident areas', from what it holds. Thread-safe.
 #ifndef CARPOOL_SERVER_ENGINE_H_
 #define CARPOOL_SERVER_ENGINE_H_
 
@@ -126,6 +127,7 @@ class Engine : public JobService {
     void AddRef(SampleId sample, int64_t delta) override;
     void AddRefAll(const Roaring& set, int64_t delta) override;  // one cache lock for the set
     void AddDecided(SampleId sample, int64_t delta) override;
+    void NextUseChanged(SampleId sample, double at) override;
     cache::SampleCache* cache = nullptr;
     int64_t total = 0;  // GUARDED_BY(Engine::mu_): the scheduler only runs under it
   };
@@ -233,9 +235,9 @@ class Engine : public JobService {
   bool stop_ GUARDED_BY(mu_) = false;
   RefSink refs_;
   std::unique_ptr<Scheduler> scheduler_ GUARDED_BY(mu_);
-  std::unique_ptr<cache::SampleCache> cache_;  // thread-safe; Allocate under mu_
+  std::unique_ptr<cache::SampleCache> cache_;  // thread-safe; a leaf: it calls nobody back
   // Thread-safe; after cache_ (its registration of the segment goes first) and before jobs_
-  // (their device slots go first). Lock order: a GPU's own mutex, then mu_ (its next-use query).
+  // (their device slots go first). Lock order: a GPU's own mutex, then the cache's (next uses).
   std::vector<std::unique_ptr<GpuService>> gpus_;
   PreparedKeys keys_ GUARDED_BY(mu_);  // a prepare spec's key base
   // Users, state and orphans of every sample key (server/sample_lifecycle.h).

@@ -59,12 +59,15 @@ void Engine::PrepareFaulted(uint32_t sample, const SampleSource& src,
 
 void Engine::PrepareInCache(uint32_t sample, const SampleSource& src, PrepareProgress& progress) {
   // Ends the task: `fn` updates the sample's state under the lock.
+  std::vector<uint32_t> evicted;  // by this task's allocation, settled with its end
   auto finish = [&](auto&& fn) {
     {
       WorkerLock lock(*this);
       progress.finished = true;
       fn();
       --prep_outstanding_;
+      // A sample no job uses loses its state with its slot, not at the next orphan sweep.
+      for (uint32_t gone : evicted) Check(samples_.Settle(gone));
       Check(samples_.Settle(sample));  // its last job left while it was being prepared
       // The read below may have loaded the IDX file again after that job's release freed it.
       if (src.record.source == "idx" && !samples_.InUse(sample) &&
@@ -89,13 +92,10 @@ void Engine::PrepareInCache(uint32_t sample, const SampleSource& src, PreparePro
   if (!shape.ok()) return finish([&]() REQUIRES(mu_) { MarkBad(sample, src, shape.status()); });
   Result<cache::SampleCache::Allocation> slot = Status::Internal("not allocated");
   {
-    WorkerLock lock(*this);  // Allocate may ask the scheduler for next uses
+    // Without the engine's lock: the cache ranks by next uses it holds and calls nobody back.
     WorkerPhases::Scope phase(phases_, WorkerPhase::kAllocate);
-    std::vector<uint32_t> evicted;
     slot = cache_->Allocate(sample, shape->bytes(), &evicted);
     progress.allocated = slot.ok();
-    // A sample no job uses loses its state with its slot, not at the next orphan sweep.
-    for (uint32_t gone : evicted) Check(samples_.Settle(gone));
   }
   if (!slot.ok()) {
     const StatusCode code = slot.status().code();

@@ -280,8 +280,18 @@ void Scheduler::RefreshRates() {
 }
 
 void Scheduler::AddUse(SampleId sample, Job* job, uint64_t seq) {
-  uses_[sample].push_back(Use{job, seq});
+  const double at =
+      now_ + static_cast<double>(seq - job->head_seq + 1) / std::max(job->rate, 1e-9);
+  std::vector<Use>& v = uses_[sample];
+  v.push_back(Use{job, seq, at});
   if (owed_.count(sample) != 0) ++job->behind;
+  if (sink_ != nullptr) sink_->NextUseChanged(sample, EarliestUse(v));
+}
+
+double Scheduler::EarliestUse(const std::vector<Use>& uses) {
+  double at = std::numeric_limits<double>::infinity();
+  for (const Use& u : uses) at = std::min(at, u.at);
+  return at;
 }
 
 void Scheduler::DropUse(SampleId sample, const Job* job, uint64_t seq) {
@@ -296,10 +306,12 @@ void Scheduler::DropUse(SampleId sample, const Job* job, uint64_t seq) {
       break;
     }
   }
+  const double at = EarliestUse(v);
   if (v.empty()) {
     uses_.erase(it);
     owed_.erase(sample);
   }
+  if (sink_ != nullptr) sink_->NextUseChanged(sample, at);
 }
 
 double Scheduler::NextUse(uint32_t sample) const {

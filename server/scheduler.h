@@ -53,6 +53,12 @@ class RefCountSink {
   // cache evicts a sample no queue holds before one that some job has decided (it is needed soon).
   // Default: ignored.
   virtual void AddDecided(SampleId /*sample*/, int64_t /*delta*/) {}
+  // The earliest time (the scheduler's clock) at which a decided queue is expected to deliver the
+  // sample, each entry estimated when it was decided (its position over its job's rate then);
+  // +infinity once no queue holds it. Called after each decision, delivery or removal of an entry,
+  // so that a cache can rank samples by next use from values it holds, never asking the scheduler
+  // back under its own lock. Default: ignored.
+  virtual void NextUseChanged(SampleId /*sample*/, double /*at*/) {}
 };
 
 // Forwards reference counts to anything with `AddRef(uint32_t, int64_t)`: cache::CacheIndex (the
@@ -64,6 +70,9 @@ class RefCountForwarder : public RefCountSink {
   void AddRef(SampleId sample, int64_t delta) override { (void)target_->AddRef(sample, delta); }
   void AddDecided(SampleId sample, int64_t delta) override {
     (void)target_->AddDecided(sample, delta);
+  }
+  void NextUseChanged(SampleId sample, double at) override {
+    if constexpr (requires { target_->SetNextUse(sample, at); }) target_->SetNextUse(sample, at);
   }
 
  private:
@@ -233,8 +242,10 @@ class Scheduler : public cache::NextUseOracle {
   struct Use {
     Job* job;
     uint64_t seq;
+    double at;  // the clock when it was decided plus its position over the job's rate then
   };
 
+  static double EarliestUse(const std::vector<Use>& uses);  // +infinity for none
   Job* Find(JobId job) const;
   bool HasWork(const Job& job) const;
   uint64_t Trigger(const Job& job) const;  // the queue depth below which Tick runs rounds

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 #include <vector>
@@ -307,12 +308,12 @@ TEST(SchedulerTest, SinkCanBeSetBeforeTheFirstJobOnly) {
   EXPECT_EQ(s.SetRefCountSink(nullptr).code(), StatusCode::kFailedPrecondition);
 }
 
-// The server's wiring: the scheduler is SampleCache's oracle and feeds its reference counts.
+// The server's wiring: the scheduler feeds SampleCache's reference counts and next uses.
 TEST(SchedulerTest, FeedsSampleCacheReferenceCounts) {
   Scheduler s(Opts(8), nullptr);
   cache::CacheOptions options;  // capacity 0: no segment, counts only
   options.policy = cache::EvictionPolicy::kNextUse;
-  auto created = cache::SampleCache::Create(options, &s);
+  auto created = cache::SampleCache::Create(options);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   cache::SampleCache& sample_cache = **created;
   RefCountForwarder<cache::SampleCache> refs(&sample_cache);
@@ -322,11 +323,22 @@ TEST(SchedulerTest, FeedsSampleCacheReferenceCounts) {
   s.Tick(0);
   const SampleId first = s.Queue(1)->front().sample;
   const uint32_t before = sample_cache.RefCount(first);
+  // A decided sample has a finite next use, a sample no job holds none.
+  const std::vector<uint32_t> ask = {first, 99};
+  std::vector<double> when(2);
+  sample_cache.NextUses(ask, when);
+  EXPECT_LT(when[0], cache::SampleCache::kUndecidedSeconds) << "decided: its estimated time";
+  EXPECT_TRUE(std::isinf(when[1]));
   ASSERT_TRUE(s.Consume(1, 1, 1).ok());
   EXPECT_EQ(sample_cache.RefCount(first), before - 1);
   ASSERT_TRUE(s.RemoveJob(1).ok());
   ASSERT_TRUE(s.RemoveJob(2).ok());
   for (SampleId x = 0; x < 15; ++x) EXPECT_EQ(sample_cache.RefCount(x), 0u) << x;
+  std::vector<uint32_t> all(15);
+  std::iota(all.begin(), all.end(), 0u);
+  std::vector<double> after(15);
+  sample_cache.NextUses(all, after);
+  for (double t : after) EXPECT_TRUE(std::isinf(t)) << "no queue holds anything any more";
 }
 
 TEST(SchedulerTest, TriggerAndParticipation) {
