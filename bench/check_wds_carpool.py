@@ -65,7 +65,8 @@ def main():
         import webdataset  # noqa: F401  the shards' writer
         from torchvision.datasets import ImageFolder
     except ImportError as e:
-        print(f"bench.check_wds_carpool: {e}; run it with the python of scripts/bench_peers_venv.sh",
+        print(f"bench.check_wds_carpool: {e}; run it with the python of "
+              "scripts/bench_peers_venv.sh",
               file=sys.stderr)
         sys.exit(2)
     from bench.common import ensure_jpegs, epoch_check, order_z

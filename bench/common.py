@@ -10,7 +10,7 @@ import sqlite3
 import sys
 import time
 
-from bench.torchvision import job_workers
+from bench.torchvision_jobs import job_workers
 
 PREPARE = "resize=256,crop=256"
 SAMPLE_BYTES = 256 * 256 * 3  # one prepared sample in the cache (uint8 HWC)

@@ -2,7 +2,8 @@
 the same dataset (cuda:0), fed by carpool, then by DataLoader + DistributedSampler (and a plain
 DataLoader for the trial), in one run.
 
-  PYTHONPATH=client/python python3 -m bench.ddp_gpu [--count 20000] [--max-seconds 20] [--json-out F] [--smoke]
+  PYTHONPATH=client/python python3 -m bench.ddp_gpu [--count 20000] [--max-seconds 20]
+      [--json-out F] [--smoke]
 
 The DDP ranks are spawned with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
 TORCHELASTIC_RUN_ID, MASTER_ADDR/PORT), so carpool.Loader takes its rank, job key and device
@@ -25,7 +26,7 @@ from bench.common import import_carpool
 from bench.gpu.cli import finish_args, parser
 from bench.gpu.jobs import aggregate, job_process, run_job, run_jobs
 from bench.gpu.run import Bench
-from bench.torchvision import job_workers
+from bench.torchvision_jobs import job_workers
 
 
 def free_port():

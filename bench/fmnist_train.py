@@ -4,7 +4,8 @@ accuracy on t10k read with numpy (carpool.idx), so evaluation does not depend on
 
 Run as a script it is one training job on a carpool server: it prints {"job_id": N} once attached,
 then one JSON line with samples, seconds, final loss and test accuracy.
-  python3 -m bench.fmnist_train --socket S --dataset fmnist --lr 0.05 [--batch-size 64 --epochs 1 --seed 0]
+  python3 -m bench.fmnist_train --socket S --dataset fmnist --lr 0.05
+      [--batch-size 64 --epochs 1 --seed 0]
                   [--device cuda:0]
 With --device cuda:N the loader delivers batches in that GPU's memory and the model trains there."""
 

@@ -20,7 +20,7 @@ from bench.gpu.jobs import (GpuUtilSampler, aggregate, batches_key, cpu_seconds,
 from bench.gpu.report import markdown
 from bench.gpu.scenarios import OVERLAP_PARTS, SCENARIOS, STALL_GRACE_S, job_batches
 from bench.gpu.sides import tensorsocket_producer
-from bench.torchvision import job_workers
+from bench.torchvision_jobs import job_workers
 
 
 class Bench:

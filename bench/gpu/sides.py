@@ -8,7 +8,7 @@ import time
 import traceback
 
 from bench.common import CHECKSUMS, CROP, IndexedFolder, tensorsocket_compat, ts_ports
-from bench.torchvision import imagenet_train_transform
+from bench.torchvision_jobs import imagenet_train_transform
 
 
 def make_model(torch, spec, dev):

@@ -16,7 +16,7 @@ from bench.peers.report import markdown
 from bench.peers.runner import Run, TreeCpu
 from bench.peers.scenarios import SCENARIOS
 from bench.peers.shards import shard_layout, shard_mix, write_shards
-from bench.torchvision import job_workers
+from bench.torchvision_jobs import job_workers
 
 
 class Bench:

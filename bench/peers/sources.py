@@ -3,7 +3,7 @@ DataLoader over ImageFolder, a DALI CPU pipeline, a TensorSocket consumer or web
 
 from bench.common import CROP, IndexedFolder, tensorsocket_compat, ts_ports
 from bench.peers.scenarios import MEAN, STD, TRANSFORM, WDS_SHARD_SHUFFLE, WDS_SHUFFLE
-from bench.torchvision import imagenet_train_transform
+from bench.torchvision_jobs import imagenet_train_transform
 
 
 class CarpoolSource:
