@@ -7,7 +7,7 @@ completes is checked to hold each sample of its dataset exactly once.
 
     scripts/ray_venv.sh                     # build-ray/venv with ray[tune]
     PYTHONPATH=.:client/python build-ray/venv/bin/python examples/ray_tune_sweep.py [--trials 8]
-        [--parallel 4] [--epochs 2] [--train-samples N] [--address auto]   # auto: `ray start --head`
+        [--parallel 4] [--epochs 2] [--train-samples N] [--address auto]  # auto: ray start --head
 
 from the repository root: the bench package and carpool come from PYTHONPATH; the trials get the
 folders this process imported them (and examples/optuna_sweep.py) from.
