@@ -8,8 +8,10 @@
 Each call runs `carpool dataset VERB ... --json` (the binary that carpool.binary() finds) and
 returns its JSON object as a dict: the package links no catalog, and with a `--group` server the
 catalog is the server user's, which that user's CLI opens. Errors of the CLI (a taken name, an
-unknown dataset, an empty selection) raise CarpoolError with its message; arguments this module
-can check itself raise ValueError or TypeError first. docs/python.md, "Datasets".
+unknown dataset, an empty selection) raise CarpoolError with its message (InvalidArgumentError,
+also a ValueError, for the CLI's InvalidArgument; NotFoundError, also a LookupError, for NotFound);
+arguments this module can check itself raise ValueError or TypeError first. docs/python.md,
+"Datasets".
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import subprocess
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from . import _args
+from . import _args, _ffi
 from ._ffi import CarpoolError
 from .server import binary
 
@@ -46,8 +48,8 @@ def _run(verb: str, args: Sequence[str], state_dir: Optional[PathLike]) -> Dict[
                            f"{r.stderr.strip()[-500:]!r}); is {cmd[0]} a carpool with --json?", 9)
     if "error" in out or r.returncode != 0:
         code = out.get("code")
-        raise CarpoolError(str(out.get("error", f"exit {r.returncode}")),
-                           code if isinstance(code, int) else 9)
+        raise _ffi.error(str(out.get("error", f"exit {r.returncode}")),
+                         code if isinstance(code, int) else 9)
     # Warnings (unreadable files, relabelled samples) stay text on stderr; keep them.
     out["warnings"] = [ln for ln in r.stderr.splitlines() if ln.strip()]
     return out
