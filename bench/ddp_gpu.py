@@ -56,7 +56,7 @@ def ddp_rank(spec, go, stop, progress, out):
 
 
 def main():
-    ap = parser()
+    ap = parser("python -m bench.ddp_gpu")
     ap.set_defaults(scenarios=["n1"], rate_seconds=4)
     args = finish_args(ap.parse_args())
     bench = Bench(args)

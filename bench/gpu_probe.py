@@ -211,7 +211,7 @@ def run_variant(bench, name, args):
 
 
 def main():
-    ap = parser()
+    ap = parser("python -m bench.gpu_probe")
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=VARIANTS)
     ap.set_defaults(max_seconds=12, rate_seconds=4, scenarios=["n1"])
     args = finish_args(ap.parse_args())
