@@ -40,7 +40,8 @@ def catalog_ids(state_dir, paths):
 def ensure_jpegs(data_dir, bench, count, carpool):
     """The folder of `count` synthetic 500x375 JPEGs (ImageFolder layout; default
     ~/.cache/carpool/BENCH/jpeg-COUNT-500x375), made by `carpool dataset gen` (PIL without
-    carpool) unless it holds them already. Also used by bench.peers."""
+    carpool) unless it holds them already. Used by bench.gpu, bench.peers and
+    bench.check_wds_carpool."""
     root = pathlib.Path(data_dir or pathlib.Path.home() / ".cache" / "carpool" / bench /
                         f"jpeg-{count}-500x375")
     have = sum(1 for _ in root.glob("class_*/*.jpg")) if root.exists() else 0
@@ -122,7 +123,7 @@ def tensorsocket_producers(datasets, batches, workers, epochs, late=(), late_own
     loader's batches to all its consumers), each with its jobs' shares of the W workers (as
     job_workers splits them for per-job loaders). Returns
     (producers: dicts with job (-1, -2, ...), dataset, workers, batch, producer_batch, ts_port,
-    epochs, jobs; each job's port; notes). Also used by bench.gpu's tensorsocket side.
+    epochs, jobs; each job's port; notes). Used by bench.peers and bench.gpu's tensorsocket side.
     - The producer's loader batch is the smallest consumer batch, and a send collates
       producer_batch_size = max(2, largest / smallest consumer batch) loader batches (its
       documented flexible batch size). Not its default 8: on the CPU each message pickles the
