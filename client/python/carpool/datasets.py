@@ -55,8 +55,8 @@ def _run(verb: str, args: Sequence[str], state_dir: Optional[PathLike]) -> Dict[
     return out
 
 
-def _name(name: Any, what: str = "name") -> str:
-    name = _args.text(what, name, allow_empty=False)
+def _name(value: Any, what: str = "name") -> str:
+    name = _args.text(what, value, allow_empty=False)
     if name.startswith("-"):
         raise ValueError(f"{what} {name!r} starts with '-'; dataset names are letters, digits, "
                          "'.', '_' and '-', not starting with '-' or '.'")
@@ -199,7 +199,8 @@ def minus(name: str, a: str, b: str, *, prepare: Optional[str] = None, replace: 
 
 def list(state_dir: Optional[PathLike] = None) -> List[Dict[str, Any]]:  # noqa: A001 (the CLI's ls)
     """Every registered dataset, by name: name, samples, ids, classes, prepare, source."""
-    return _run("ls", [], state_dir)["datasets"]
+    datasets: List[Dict[str, Any]] = _run("ls", [], state_dir)["datasets"]
+    return datasets
 
 
 def info(name: str, state_dir: Optional[PathLike] = None) -> Dict[str, Any]:

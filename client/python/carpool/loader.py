@@ -28,6 +28,12 @@ _NP_DTYPES = {1: np.uint8, 2: np.float16, 3: np.float32}
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+def _json_object(text: str) -> Dict[str, Any]:
+    """A JSON object the library returned (statistics, a position's fields)."""
+    out: Dict[str, Any] = json.loads(text)
+    return out
+
+
 def state_dir(state_dir: Optional[PathLike] = None) -> pathlib.Path:
     """The server's state dir, resolved as `carpool` does (docs/catalog.md): the argument, else
     $CARPOOL_STATE_DIR, else $XDG_STATE_HOME/carpool, else ~/.local/state/carpool."""
@@ -61,7 +67,7 @@ class _Client:
     def stats(self) -> Dict[str, Any]:
         out = ctypes.c_void_p()
         _ffi.check(_ffi.lib().carpool_client_stats(self.handle, ctypes.byref(out)))
-        return json.loads(_ffi.take_string(out))
+        return _json_object(_ffi.take_string(out))
 
     def close(self) -> None:
         if self.handle:
@@ -275,7 +281,7 @@ def describe_position(data: Union[Dict[str, Any], bytes]) -> Dict[str, Any]:
     data = _position_bytes(data)
     out = ctypes.c_void_p()
     _ffi.check(_ffi.lib().carpool_position_describe(data, len(data), ctypes.byref(out)))
-    return json.loads(_ffi.take_string(out))
+    return _json_object(_ffi.take_string(out))
 
 
 class Loader:
@@ -601,7 +607,7 @@ class Loader:
             raise CarpoolError(f"loader for job {self.job_id} is closed", 6)
         out = ctypes.c_void_p()
         _ffi.check(self._lib.carpool_job_stats(self._job, ctypes.byref(out)))
-        return json.loads(_ffi.take_string(out))
+        return _json_object(_ffi.take_string(out))
 
     def server_stats(self) -> Dict[str, Any]:
         """The server's statistics (all jobs, cache, preparations, deliveries, sharing_ratio)."""

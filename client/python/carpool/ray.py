@@ -86,7 +86,8 @@ def _actor(node: str) -> Any:
 def local_server() -> Tuple[str, str]:
     """(socket, state dir) of the server on the node this task or actor runs on."""
     actor = _actor(ray.get_runtime_context().get_node_id())  # held: methods keep a weak ref
-    return ray.get(actor.where.remote())
+    where: Tuple[str, str] = ray.get(actor.where.remote())
+    return where
 
 
 def server_stats() -> Dict[str, Dict[str, Any]]:

@@ -148,7 +148,8 @@ class Server:
         self.log = log
         self.grace = grace
         self.proc: "Optional[subprocess.Popen[bytes]]" = None
-        self._finalizer: Optional[weakref.finalize] = None
+        self._finalizer: "Optional[weakref.finalize[[subprocess.Popen[bytes], float], Server]]" = \
+            None
 
     def start(self, timeout: float = 30.0) -> "Server":
         timeout = _args.number("timeout", timeout)
