@@ -22,6 +22,3 @@ def job_batches(name, batch_size):
     """Each job's batch size in scenario `name` (64 and 256 in "batches" at --batch-size 256)."""
     keys, parts = SCENARIOS[name][1], SCENARIOS[name][4]
     return tuple(max(1, int(batch_size * f)) for f in parts) if parts else (batch_size,) * len(keys)
-
-
-# ---------------------------------------------------------------- a job (one spawned process)

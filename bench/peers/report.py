@@ -86,6 +86,3 @@ def detail_table(r):
                 f"{fmt(x['order_rho_max'], '.2f')} | {'yes' if x['same_pixels'] else 'no'} | "
                 f"{'; '.join(x['notes'])} |")
     return lines
-
-
-# ---------------------------------------------------------------- arguments

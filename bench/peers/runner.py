@@ -192,6 +192,3 @@ class Run:
             if p.is_alive():
                 p.terminate()
                 p.join()
-
-
-# ---------------------------------------------------------------- checks from delivered ids
