@@ -36,11 +36,17 @@ import numpy as np
 import optuna
 import torch
 
-import carpool
-import carpool.datasets as cds
-from bench import cache as bench_cache  # the cache as a fraction of the prepared set
-from bench import fmnist_train as ft  # the model, one epoch of SGD, test accuracy
-from carpool.idx import read_idx, write_idx
+try:
+    import carpool
+    import carpool.datasets as cds
+    from bench import cache as bench_cache  # the cache as a fraction of the prepared set
+    from bench import fmnist_train as ft  # the model, one epoch of SGD, test accuracy
+    from carpool.idx import read_idx, write_idx
+except ModuleNotFoundError as e:
+    if e.name not in ("bench", "carpool"):
+        raise
+    sys.exit(f"{pathlib.Path(__file__).name}: {e}; run it from the repository root with "
+             "PYTHONPATH=.:client/python (the bench package, and carpool unless installed)")
 
 # The class subsets a trial may pick; they overlap, so concurrent trials share samples.
 SUBSETS = {"all": list(range(10)), "tops": [0, 2, 3, 4, 6], "footwear-bags": [5, 7, 8, 9],

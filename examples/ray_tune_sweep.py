@@ -31,11 +31,14 @@ import torch
 from ray import train, tune
 from ray.tune.search.optuna import OptunaSearch
 
+# examples/ (this script's folder): the subsets, data and datasets; first, because it says how
+# to run this where the bench or carpool package is not found.
+import optuna_sweep as osw  # isort: skip
+
 import bench
 import carpool
 import carpool.datasets as cds
 import carpool.ray
-import optuna_sweep as osw  # examples/ (this script's folder): the subsets, data and datasets
 from bench import cache as bench_cache
 from bench import fmnist_train as ft
 from carpool.idx import read_idx
