@@ -1,14 +1,18 @@
 #!/usr/bin/python3
 """A hyperparameter sweep with Optuna whose trials share one carpool server.
 
-Each trial trains the small Fashion-MNIST CNN of scripts/fmnist_train.py on a subset of the
+Each trial trains the small Fashion-MNIST CNN of bench.fmnist_train on a subset of the
 classes (a hyperparameter, served as a dataset derived with carpool.datasets.derive) at a
 learning rate (the other one), and reports its accuracy on the test images of those classes
 after every epoch. `--parallel` worker processes run the `--trials` trials of one study at once,
 through an Optuna journal file, so concurrent trials read overlapping datasets from one server
 and its cache (10% of the prepared set) prepares each sample once for several of them.
 
-    examples/optuna_sweep.py [--trials 8] [--parallel 4] [--epochs 2] [--train-samples N]
+    PYTHONPATH=.:client/python examples/optuna_sweep.py [--trials 8] [--parallel 4] [--epochs 2]
+        [--train-samples N]
+
+from the repository root: the bench package (repository root) and carpool (client/python, a
+bundle's python/ or an installed wheel) come from PYTHONPATH.
 
 A subset's dataset is named by a hash of (base dataset, classes), prefixed with --prefix: two
 trials asking for the same subset get the same dataset, and a second derive of it is a no-op.
@@ -28,18 +32,21 @@ import tempfile
 import time
 import warnings
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent / "client" / "python"), str(HERE.parent / "scripts")]
+import numpy as np
+import optuna
+import torch
 
-import numpy as np  # noqa: E402
-import optuna  # noqa: E402
-import torch  # noqa: E402
-
-import bench_cache  # noqa: E402 (scripts/: the cache as a fraction of the prepared set)
-import carpool  # noqa: E402
-import carpool.datasets as cds  # noqa: E402
-import fmnist_train as ft  # noqa: E402 (scripts/: the model, one epoch of SGD, test accuracy)
-from carpool.idx import read_idx, write_idx  # noqa: E402
+try:
+    import carpool
+    import carpool.datasets as cds
+    from bench import cache as bench_cache  # the cache as a fraction of the prepared set
+    from bench import fmnist_train as ft  # the model, one epoch of SGD, test accuracy
+    from carpool.idx import read_idx, write_idx
+except ModuleNotFoundError as e:
+    if e.name not in ("bench", "carpool"):
+        raise
+    sys.exit(f"{pathlib.Path(__file__).name}: {e}; run it from the repository root with "
+             "PYTHONPATH=.:client/python (the bench package, and carpool unless installed)")
 
 # The class subsets a trial may pick; they overlap, so concurrent trials share samples.
 SUBSETS = {"all": list(range(10)), "tops": [0, 2, 3, 4, 6], "footwear-bags": [5, 7, 8, 9],

@@ -6,8 +6,11 @@ stops; a trial reads through carpool.Loader from its node's server. Every epoch 
 completes is checked to hold each sample of its dataset exactly once.
 
     scripts/ray_venv.sh                     # build-ray/venv with ray[tune]
-    build-ray/venv/bin/python examples/ray_tune_sweep.py [--trials 8] [--parallel 4] [--epochs 2]
-        [--train-samples N] [--address auto]   # auto: a `ray start --head` cluster
+    PYTHONPATH=.:client/python build-ray/venv/bin/python examples/ray_tune_sweep.py [--trials 8]
+        [--parallel 4] [--epochs 2] [--train-samples N] [--address auto]  # auto: ray start --head
+
+from the repository root: the bench package and carpool come from PYTHONPATH; the trials get the
+folders this process imported them (and examples/optuna_sweep.py) from.
 
 It prints each trial, the best one, and per node the server's sharing ratio, jobs and reference
 counts after the sweep (0 and 0), then checks that the servers are gone after ray.shutdown().
@@ -22,23 +25,28 @@ import tempfile
 import time
 import zlib
 
-HERE = pathlib.Path(__file__).resolve().parent
-PATHS = [str(HERE), str(HERE.parent / "client" / "python"), str(HERE.parent / "scripts")]
-sys.path[:0] = PATHS
+import numpy as np
+import ray
+import torch
+from ray import train, tune
+from ray.tune.search.optuna import OptunaSearch
 
-import numpy as np  # noqa: E402
-import ray  # noqa: E402
-import torch  # noqa: E402
-from ray import train, tune  # noqa: E402
-from ray.tune.search.optuna import OptunaSearch  # noqa: E402
+# examples/ (this script's folder): the subsets, data and datasets; first, because it says how
+# to run this where the bench or carpool package is not found.
+import optuna_sweep as osw  # isort: skip
 
-import bench_cache  # noqa: E402 (scripts/)
-import carpool  # noqa: E402
-import carpool.datasets as cds  # noqa: E402
-import carpool.ray  # noqa: E402
-import fmnist_train as ft  # noqa: E402 (scripts/)
-import optuna_sweep as osw  # noqa: E402 (examples/: the subsets, data and datasets of the sweep)
-from carpool.idx import read_idx  # noqa: E402
+import bench
+import carpool
+import carpool.datasets as cds
+import carpool.ray
+from bench import cache as bench_cache
+from bench import fmnist_train as ft
+from carpool.idx import read_idx
+
+# Where the trials (Ray workers, any folder) import optuna_sweep, bench and carpool from: the
+# folders this process imported them from, ahead of its PYTHONPATH.
+PATHS = [str(pathlib.Path(m.__file__).resolve().parents[i]) for m, i in
+         ((osw, 0), (bench, 1), (carpool, 1))]
 
 
 def recorded(loader, ids):

@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD_DIR=${BUILD_DIR:-build}
 PY=/usr/bin/python3
+# bench.sweep_demo and the carpool package of this tree (python -m bench.X, from the root).
+export PYTHONPATH="$ROOT:$ROOT/client/python${PYTHONPATH:+:$PYTHONPATH}"
 FMNIST=${CARPOOL_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 
 say() { printf '\n== %s\n' "$*"; }
@@ -66,7 +68,7 @@ start_server() {  # start_server LOG FLAGS...: waits until the socket answers
       cat "$log" >&2
       exit 1
     fi
-    if "$PY" -c 'import sys; sys.path.insert(0, "client/python"); import carpool
+    if "$PY" -c 'import sys, carpool
 carpool.server_stats(socket=sys.argv[1])' "$STATE/carpool.sock" 2>/dev/null; then
       return 0
     fi
@@ -88,7 +90,7 @@ run_sweep() {  # run_sweep LABEL OUT SERVER-FLAGS...
   shift 2
   say "sweep with $label: carpool server $*"
   start_server "$STATE/server-$out.log" "$@"
-  "$PY" scripts/sweep_demo.py sweep --socket "$STATE/carpool.sock" --label "$label" \
+  "$PY" -m bench.sweep_demo sweep --socket "$STATE/carpool.sock" --label "$label" \
     --out "$STATE/$out.json"
   stop_server
 }
@@ -100,7 +102,7 @@ run_sweep "cache 10%" small --cache-size 4704000
 run_sweep "sharing off" off --cache-size 0
 
 say "the three sweeps side by side (same jobs, same seeds; cache as a share of the prepared set)"
-"$PY" scripts/sweep_demo.py compare "$STATE/on.json" "$STATE/small.json" "$STATE/off.json"
+"$PY" -m bench.sweep_demo compare "$STATE/on.json" "$STATE/small.json" "$STATE/off.json"
 echo
 echo "A Fashion-MNIST preparation is a 784-byte copy, so here wall time is the CNN's training and"
 echo "varies with machine load; what sharing saves is the preparations (decode-bound speed-ups:"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Issue 9's standing GPU harness. Run it ON the GPU machine, from the repository root, with the
 # relocatable bundle (scripts/bundle.sh) at dist/carpool-bundle:
-#   bash scripts/gpu_bench.sh [scripts/bench_gpu.py options, e.g. --count 20000 --scenarios n1 n4]
+#   bash scripts/gpu_bench.sh [bench.gpu's options, e.g. --count 20000 --scenarios n1 n4]
 # It puts the bundle first (its bin/carpool-env: bin/ on PATH, python/ on PYTHONPATH, CARPOOL_BIN,
 # CARPOOL_LIB), prints the GPUs, checks the bundle with a GPU job (its bundle_smoke.sh --gpu), runs
-# its GPU unit tests when it has them (bin/carpool_gpu_test), then scripts/bench_gpu.py. All it
+# its GPU unit tests when it has them (bin/carpool_gpu_test), then `python -m bench.gpu` (the
+# repository's bench/ package, this checkout's root on PYTHONPATH after the bundle's python/). All it
 # writes goes to $OUT (default /tmp/carpool-gpu-out), 7 files at most:
 #   nvidia-smi.txt bundle_smoke.log gpu_test.log bench_gpu.log bench_gpu.json bench_gpu.md
 #   server-logs.tgz
@@ -37,6 +38,9 @@ else  # the same exports, for a bundle without carpool-env
   export CARPOOL_BIN=$bundle/bin/carpool CARPOOL_LIB=$bundle/lib/libcarpool.so
 fi
 export PYTHON=$py PYTHONUNBUFFERED=1
+# bench/ from this checkout; carpool itself stays the bundle's (first on PYTHONPATH)
+export PYTHONPATH="$PYTHONPATH:$PWD"
+[[ -f bench/gpu/__main__.py ]] || fail "no bench/gpu in $PWD: run this from the repository root"
 mkdir -p "$out" || fail "cannot create OUT folder '$out'"
 
 nvidia-smi -L | tee "$out/nvidia-smi.txt"
@@ -68,10 +72,10 @@ else
 fi
 
 logs=$(mktemp -d /tmp/carpool-gpu-logs.XXXXXX)
-"$py" scripts/bench_gpu.py --json-out "$out/bench_gpu.json" --md-out "$out/bench_gpu.md" \
+"$py" -m bench.gpu --json-out "$out/bench_gpu.json" --md-out "$out/bench_gpu.md" \
   --log-dir "$logs" "$@" 2>&1 | tee "$out/bench_gpu.log"
 bench_rc=${PIPESTATUS[0]}
 tar czf "$out/server-logs.tgz" -C "$logs" . && rm -rf "$logs"
-echo "bench_gpu.py: exit $bench_rc; outputs in $out"
+echo "bench.gpu: exit $bench_rc; outputs in $out"
 ((bench_rc == 0)) || status=1
 exit $status

@@ -13,7 +13,7 @@ derives datasets (through the `carpool` CLI). docs/python.md has the details.
 from typing import Any
 
 from . import datasets
-from ._ffi import CarpoolError, library_path
+from ._ffi import CarpoolError, InvalidArgumentError, NotFoundError, library_path
 from .server import Server, binary, cli
 
 _LOADER_NAMES = ("Loader", "server_stats", "socket_path", "state_dir")
@@ -29,5 +29,5 @@ def __getattr__(name: str) -> Any:
 
 
 __version__ = "0.1.0"
-__all__ = ["CarpoolError", "Loader", "Server", "binary", "cli", "datasets", "library_path",
-           "server_stats", "socket_path", "state_dir"]
+__all__ = ["CarpoolError", "InvalidArgumentError", "Loader", "NotFoundError", "Server", "binary",
+           "cli", "datasets", "library_path", "server_stats", "socket_path", "state_dir"]

@@ -18,12 +18,12 @@ def integer(name: str, value: Any, minimum: Optional[int] = None,
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {_shown(value)}; pass e.g. {name}="
                         f"{minimum if minimum is not None else 0}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}; pass {name}={minimum} or more")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {value}; pass {name}={maximum} or less")
-    return value
+    n = int(value)
+    if minimum is not None and n < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {n}; pass {name}={minimum} or more")
+    if maximum is not None and n > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {n}; pass {name}={maximum} or less")
+    return n
 
 
 def optional_integer(name: str, value: Any, minimum: Optional[int] = None) -> Optional[int]:
@@ -34,10 +34,10 @@ def number(name: str, value: Any, positive: bool = True) -> float:
     """`value` as a float (an int is fine); positive=True refuses 0 and below."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, got {_shown(value)}; pass e.g. {name}=10.0")
-    value = float(value)
-    if value != value or (positive and value <= 0):
-        raise ValueError(f"{name} must be a number > 0, got {value}; pass e.g. {name}=10.0")
-    return value
+    x = float(value)
+    if x != x or (positive and x <= 0):
+        raise ValueError(f"{name} must be a number > 0, got {x}; pass e.g. {name}=10.0")
+    return x
 
 
 def text(name: str, value: Any, allow_empty: bool = True) -> str:

@@ -16,30 +16,61 @@ import ctypes.util
 import os
 import pathlib
 import threading
+from typing import Any, Dict, Iterator, Optional, Type
 
 _HERE = pathlib.Path(__file__).resolve().parent
 # client/python/carpool -> the repository root, when the package runs from the source tree.
 _SOURCE_ROOT = _HERE.parents[2]
 
 # carpool::StatusCode names, by value (include/carpool/status.h).
-STATUS_NAMES = {
+STATUS_NAMES: Dict[int, str] = {
     0: "OK", 1: "InvalidArgument", 2: "NotFound", 3: "AlreadyExists", 4: "IOError",
     5: "Corruption", 6: "FailedPrecondition", 7: "ResourceExhausted", 8: "Unavailable",
     9: "Internal",
 }
-DTYPES = {1: "uint8", 2: "float16", 3: "float32"}
-LAYOUTS = {1: "nhwc", 2: "nchw", 3: "raw"}
+DTYPES: Dict[int, str] = {1: "uint8", 2: "float16", 3: "float32"}
+LAYOUTS: Dict[int, str] = {1: "nhwc", 2: "nchw", 3: "raw"}
+INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION = 1, 2, 6
 
 
 class CarpoolError(RuntimeError):
     """A carpool call failed. `code` is the carpool::StatusCode value (8 = Unavailable: the server
     is gone or silent), `code_name` its name; the message is the server's or the client's.
-    Arguments this package can check itself raise ValueError or TypeError instead."""
+    Arguments this package can check itself raise ValueError or TypeError instead; what the
+    server, the library or the CLI refuses raises the subclasses below by its code."""
 
     def __init__(self, message: str, code: int = 9) -> None:
         super().__init__(message)
-        self.code = code
-        self.code_name = STATUS_NAMES.get(code, str(code))
+        self.code: int = code
+        self.code_name: str = STATUS_NAMES.get(code, str(code))
+
+
+class InvalidArgumentError(CarpoolError, ValueError):
+    """An argument refused where only the server, the library or the CLI can judge it (code 1,
+    InvalidArgument: a transform or prepare spec that does not parse, a batch size over the
+    server's limit, a GPU the server does not serve), or one this process cannot serve (code 6,
+    FailedPrecondition: device="cuda:N" without torch's CUDA, as_numpy=False without torch).
+    Both a CarpoolError (`except CarpoolError` still catches it) and a ValueError."""
+
+    def __init__(self, message: str, code: int = INVALID_ARGUMENT) -> None:
+        super().__init__(message, code)
+
+
+class NotFoundError(CarpoolError, LookupError):
+    """A name the server or the catalog does not know (code 2, NotFound): an unknown dataset, a
+    Ray node without a carpool server. Both a CarpoolError and a LookupError."""
+
+    def __init__(self, message: str, code: int = NOT_FOUND) -> None:
+        super().__init__(message, code)
+
+
+_ERROR_CLASSES: Dict[int, Type[CarpoolError]] = {INVALID_ARGUMENT: InvalidArgumentError,
+                                                 NOT_FOUND: NotFoundError}
+
+
+def error(message: str, code: int) -> CarpoolError:
+    """The CarpoolError (or subclass) for a status code from the library, the server or the CLI."""
+    return _ERROR_CLASSES.get(code, CarpoolError)(message, code)
 
 
 class JobOptions(ctypes.Structure):
@@ -79,7 +110,7 @@ class JobInfo(ctypes.Structure):
     ]
 
 
-def _candidates():
+def _candidates() -> Iterator[pathlib.Path]:
     env = os.environ.get("CARPOOL_LIB")
     if env:
         yield pathlib.Path(env)
@@ -99,7 +130,7 @@ def _candidates():
         yield pathlib.Path(found)
 
 
-def _declare(lib):
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     c = ctypes
     vp, u32, u64, i64p = c.c_void_p, c.c_uint32, c.c_uint64, c.POINTER(c.c_int64)
     sigs = {
@@ -136,11 +167,11 @@ def _declare(lib):
     return lib
 
 
-_lib = None
+_lib: Optional[ctypes.CDLL] = None
 _lib_lock = threading.Lock()
 
 
-def lib():
+def lib() -> Any:  # a ctypes.CDLL with carpool's functions declared
     """Loads libcarpool.so once; raises CarpoolError naming every place it looked."""
     global _lib
     with _lib_lock:
@@ -158,23 +189,23 @@ def lib():
                 tried[-1] += f" ({e})"
         raise CarpoolError(
             "libcarpool.so not found (looked in: " + ", ".join(tried) + "); build it with "
-            "'cmake --build build --target carpool_c' or set CARPOOL_LIB to its path", 6)
+            "'cmake --build build --target carpool_c' or set CARPOOL_LIB to its path",
+            FAILED_PRECONDITION)
 
 
 def library_path() -> str:
     """The path of the loaded libcarpool.so."""
-    return lib()._name
+    return str(lib()._name)
 
 
-def check(status):
-    """Raises CarpoolError with carpool_last_error() for a non-zero status."""
+def check(status: int) -> None:
+    """Raises the CarpoolError of a non-zero status (error()) with carpool_last_error()."""
     if status != 0:
         msg = lib().carpool_last_error()
-        raise CarpoolError(msg.decode("utf-8", "replace") if msg else f"carpool error {status}",
-                           status)
+        raise error(msg.decode("utf-8", "replace") if msg else f"carpool error {status}", status)
 
 
-def take_bytes(ptr, n):
+def take_bytes(ptr: ctypes.c_void_p, n: int) -> bytes:
     """Copies and frees a binary buffer returned through char** and size_t* out parameters."""
     if not ptr.value:
         return b""
@@ -184,7 +215,7 @@ def take_bytes(ptr, n):
         lib().carpool_string_free(ptr)
 
 
-def take_string(ptr):
+def take_string(ptr: ctypes.c_void_p) -> str:
     """Copies and frees a string returned through a char** out parameter."""
     if not ptr.value:
         return ""

@@ -8,8 +8,10 @@
 Each call runs `carpool dataset VERB ... --json` (the binary that carpool.binary() finds) and
 returns its JSON object as a dict: the package links no catalog, and with a `--group` server the
 catalog is the server user's, which that user's CLI opens. Errors of the CLI (a taken name, an
-unknown dataset, an empty selection) raise CarpoolError with its message; arguments this module
-can check itself raise ValueError or TypeError first. docs/python.md, "Datasets".
+unknown dataset, an empty selection) raise CarpoolError with its message (InvalidArgumentError,
+also a ValueError, for the CLI's InvalidArgument; NotFoundError, also a LookupError, for NotFound);
+arguments this module can check itself raise ValueError or TypeError first. docs/python.md,
+"Datasets".
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import subprocess
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from . import _args
+from . import _args, _ffi
 from ._ffi import CarpoolError
 from .server import binary
 
@@ -46,15 +48,15 @@ def _run(verb: str, args: Sequence[str], state_dir: Optional[PathLike]) -> Dict[
                            f"{r.stderr.strip()[-500:]!r}); is {cmd[0]} a carpool with --json?", 9)
     if "error" in out or r.returncode != 0:
         code = out.get("code")
-        raise CarpoolError(str(out.get("error", f"exit {r.returncode}")),
-                           code if isinstance(code, int) else 9)
+        raise _ffi.error(str(out.get("error", f"exit {r.returncode}")),
+                         code if isinstance(code, int) else 9)
     # Warnings (unreadable files, relabelled samples) stay text on stderr; keep them.
     out["warnings"] = [ln for ln in r.stderr.splitlines() if ln.strip()]
     return out
 
 
-def _name(name: Any, what: str = "name") -> str:
-    name = _args.text(what, name, allow_empty=False)
+def _name(value: Any, what: str = "name") -> str:
+    name = _args.text(what, value, allow_empty=False)
     if name.startswith("-"):
         raise ValueError(f"{what} {name!r} starts with '-'; dataset names are letters, digits, "
                          "'.', '_' and '-', not starting with '-' or '.'")
@@ -197,7 +199,8 @@ def minus(name: str, a: str, b: str, *, prepare: Optional[str] = None, replace: 
 
 def list(state_dir: Optional[PathLike] = None) -> List[Dict[str, Any]]:  # noqa: A001 (the CLI's ls)
     """Every registered dataset, by name: name, samples, ids, classes, prepare, source."""
-    return _run("ls", [], state_dir)["datasets"]
+    datasets: List[Dict[str, Any]] = _run("ls", [], state_dir)["datasets"]
+    return datasets
 
 
 def info(name: str, state_dir: Optional[PathLike] = None) -> Dict[str, Any]:

@@ -10,12 +10,12 @@ import pathlib
 import queue
 import threading
 import weakref
-from typing import Any, Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _args, _ffi
-from ._ffi import CarpoolError
+from ._ffi import CarpoolError, InvalidArgumentError
 
 try:  # torch is optional: without it the loader yields numpy arrays
     import torch
@@ -26,6 +26,12 @@ _NP_DTYPES = {1: np.uint8, 2: np.float16, 3: np.float32}
 
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _json_object(text: str) -> Dict[str, Any]:
+    """A JSON object the library returned (statistics, a position's fields)."""
+    out: Dict[str, Any] = json.loads(text)
+    return out
 
 
 def state_dir(state_dir: Optional[PathLike] = None) -> pathlib.Path:
@@ -50,24 +56,25 @@ def socket_path(socket: Optional[PathLike] = None, state_dir_: Optional[PathLike
 class _Client:
     """Owns one carpool_client handle (a connection check and the server's address)."""
 
-    def __init__(self, socket=None, state_dir=None):
-        self.handle = None
+    def __init__(self, socket: Optional[PathLike] = None,
+                 state_dir: Optional[PathLike] = None) -> None:
+        self.handle: Optional[ctypes.c_void_p] = None
         self.path = socket_path(socket, state_dir)
         handle = ctypes.c_void_p()
         _ffi.check(_ffi.lib().carpool_connect(self.path.encode(), ctypes.byref(handle)))
         self.handle = handle
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         out = ctypes.c_void_p()
         _ffi.check(_ffi.lib().carpool_client_stats(self.handle, ctypes.byref(out)))
-        return json.loads(_ffi.take_string(out))
+        return _json_object(_ffi.take_string(out))
 
-    def close(self):
+    def close(self) -> None:
         if self.handle:
             _ffi.lib().carpool_client_free(self.handle)
             self.handle = None
 
-    def __del__(self):
+    def __del__(self) -> None:
         self.close()
 
 
@@ -85,20 +92,20 @@ class _BatchMemory:
     """Keeps one carpool_batch handle, and with it the slot mapping, alive while any array over its
     images exists. The slot itself is released (credit back) by the loader at the next step."""
 
-    handle = None
+    handle: Optional[ctypes.c_void_p] = None
 
-    def __init__(self, handle):
+    def __init__(self, handle: ctypes.c_void_p) -> None:
         self.handle = handle
         lib = _ffi.lib()
         dims = (ctypes.c_int64 * 5)()
         rank = lib.carpool_batch_image_shape(handle, dims, 5)
         if rank > 5:
             raise CarpoolError(f"batch images have rank {rank}; this package handles up to 5", 9)
-        self.shape = tuple(int(d) for d in dims[:rank])
-        self.address = lib.carpool_batch_images(handle) or 0
-        self.nbytes = lib.carpool_batch_image_bytes(handle)
+        self.shape: Tuple[int, ...] = tuple(int(d) for d in dims[:rank])
+        self.address: int = lib.carpool_batch_images(handle) or 0
+        self.nbytes: int = lib.carpool_batch_image_bytes(handle)
 
-    def array(self, np_dtype):
+    def array(self, np_dtype: Any) -> np.ndarray:
         expected = int(np.prod(self.shape, dtype=np.int64)) * np.dtype(np_dtype).itemsize
         if expected != self.nbytes:
             raise CarpoolError(f"batch images are {self.nbytes} bytes, but shape {self.shape} of "
@@ -112,7 +119,7 @@ class _BatchMemory:
             return np.empty(self.shape, dtype=np_dtype)
         return np.asarray(self)
 
-    def __del__(self):
+    def __del__(self) -> None:
         if self.handle:
             _ffi.lib().carpool_batch_free(self.handle)
             self.handle = None
@@ -124,7 +131,8 @@ class _CudaArray:
     alive while any tensor over it exists. No stream: the server finished writing the batch before
     it said the batch was ready."""
 
-    def __init__(self, memory, address, shape, typestr):
+    def __init__(self, memory: _BatchMemory, address: int, shape: Tuple[int, ...],
+                 typestr: str) -> None:
         self._memory = memory
         self.__cuda_array_interface__ = {
             "shape": tuple(shape), "typestr": typestr, "data": (int(address), False),
@@ -136,7 +144,7 @@ _LIVE_GPU_LOADERS: "weakref.WeakSet[Loader]" = weakref.WeakSet()
 
 
 @atexit.register
-def _close_gpu_loaders():
+def _close_gpu_loaders() -> None:
     """Closes GPU loaders left open while the interpreter is still whole, so that their release
     threads end and their jobs say bye: left to finalization, the process aborted ("terminate
     called without an active exception", seen on the H100 with a loader never closed)."""
@@ -152,16 +160,16 @@ class _GpuReleaser:
     event recorded when the job moved past them) has finished, from a thread of its own, so the
     server gets its slots back while the training loop is busy or waiting for the next batch."""
 
-    def __init__(self, lib):
+    def __init__(self, lib: Any) -> None:
         self._lib = lib
-        self._queue = queue.Queue()
+        self._queue: "queue.Queue[Optional[Tuple[_BatchMemory, Any]]]" = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="carpool-gpu-release", daemon=True)
         self._thread.start()
 
-    def put(self, batch, event):
+    def put(self, batch: _BatchMemory, event: Any) -> None:
         self._queue.put((batch, event))
 
-    def _run(self):
+    def _run(self) -> None:
         while True:
             item = self._queue.get()
             if item is None:
@@ -170,16 +178,19 @@ class _GpuReleaser:
             event.synchronize()  # drops the GIL while it waits
             self._lib.carpool_batch_release(batch.handle)
 
-    def close(self):  # idempotent
+    def close(self) -> None:  # idempotent
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()
 
 
-_DDP_LOADERS = [0]  # data-parallel loaders made by this process: part of their default keys
+# Data-parallel loaders made by this process: part of their default job keys.
+_DDP_LOADERS: List[int] = [0]
 
 
-def _ddp_identity(dataset, rank, world_size, job_key, node=None, nodes=None):
+def _ddp_identity(dataset: str, rank: Optional[int], world_size: Optional[int],
+                  job_key: Optional[str], node: Optional[int] = None,
+                  nodes: Optional[int] = None) -> Tuple[int, int, Optional[str], int, int]:
     """(rank, world_size, job_key, node, nodes) of a loader: the arguments, else torchrun's
     environment, else a job of its own. Across nodes, world_size and rank are this node's
     (LOCAL_WORLD_SIZE, LOCAL_RANK), node is GROUP_RANK and nodes WORLD_SIZE / LOCAL_WORLD_SIZE:
@@ -222,7 +233,7 @@ def _ddp_identity(dataset, rank, world_size, job_key, node=None, nodes=None):
     return rank, world_size, str(job_key), node, nodes
 
 
-def _default_device(world_size, socket, state_dir):
+def _default_device(world_size: int, socket: Optional[str], state_dir: Optional[str]) -> str:
     """"cuda:LOCAL_RANK" for a torchrun rank where this process sees GPUs and the server serves
     that one; "cpu" otherwise."""
     local_rank = os.environ.get("LOCAL_RANK")
@@ -265,12 +276,12 @@ def _position_bytes(state: Any) -> bytes:
     return bytes(state["carpool_position"])
 
 
-def describe_position(data: bytes) -> Dict[str, Any]:
+def describe_position(data: Union[Dict[str, Any], bytes]) -> Dict[str, Any]:
     """The fields of position bytes (Loader.state_dict()["carpool_position"]) as a dict."""
     data = _position_bytes(data)
     out = ctypes.c_void_p()
     _ffi.check(_ffi.lib().carpool_position_describe(data, len(data), ctypes.byref(out)))
-    return json.loads(_ffi.take_string(out))
+    return _json_object(_ffi.take_string(out))
 
 
 class Loader:
@@ -331,9 +342,10 @@ class Loader:
         # Set first: close() from __del__ must work whatever the checks below raise.
         self._job: Optional[ctypes.c_void_p] = None
         self._client: Optional[_Client] = None
-        self._current = None  # _BatchMemory of the batch handed out last
-        self._pending = None  # a batch of the next epoch, fetched while ending this one
-        self._releaser: Optional[_GpuReleaser] = None  # GPU: a thread that hands slots back once their work is done
+        self._current: Optional[_BatchMemory] = None  # the batch handed out last
+        self._pending: Optional[_BatchMemory] = None  # the next epoch's, fetched to end this one
+        # GPU: a thread that hands slots back once their work is done.
+        self._releaser: Optional[_GpuReleaser] = None
         self._finished = False
         self._epoch_over = False  # the batch handed out last was its epoch's last
         # Every argument is checked before the server is asked anything (ValueError, TypeError).
@@ -369,14 +381,16 @@ class Loader:
             raise ValueError(f'as_numpy=True cannot hold device "{device}" batches; pass '
                              'as_numpy=False (torch CUDA tensors) or device="cpu"')
         if device_index >= 0 and (torch is None or not torch.cuda.is_available()):
-            raise CarpoolError(
+            raise InvalidArgumentError(
                 f'device "{device}" needs torch with CUDA in this process (torch '
                 f'{"missing" if torch is None else torch.__version__ + " sees no GPU"}); use '
-                'device="cpu"', 6)
+                'device="cpu"', _ffi.FAILED_PRECONDITION)
         self._lib = _ffi.lib()
         self._as_numpy = (torch is None) if as_numpy is None else bool(as_numpy)
         if not self._as_numpy and torch is None:
-            raise CarpoolError("as_numpy=False needs torch, which is not importable", 6)
+            raise InvalidArgumentError("as_numpy=False needs torch, which is not importable; "
+                                       "pass as_numpy=True (numpy arrays) or install torch",
+                                       _ffi.FAILED_PRECONDITION)
         self._client = _Client(socket, state_dir)
         opts = _ffi.JobOptions(
             dataset=dataset.encode(), batch_size=batch_size, epochs=epochs,
@@ -420,7 +434,7 @@ class Loader:
             raise CarpoolError(f"loader for job {self.job_id} is closed", 6)
         return self._epoch()
 
-    def _epoch(self):
+    def _epoch(self) -> Iterator[Tuple[Any, Any]]:
         if self._epoch_over:  # the last pass handed out its epoch's last batch, then was left
             self._epoch_over = False
             self.epoch += 1
@@ -457,7 +471,7 @@ class Loader:
                 self.epoch = epoch + 1
                 return
 
-    def _fetch(self):
+    def _fetch(self) -> Optional[_BatchMemory]:
         """Releases the current batch's slot, then waits for the next batch (None at the end)."""
         self._release_current()
         if self._finished:
@@ -470,7 +484,7 @@ class Loader:
             return None
         return _BatchMemory(handle)
 
-    def _release_current(self):
+    def _release_current(self) -> None:
         if self._current is None:
             return
         if self._torch_device is None:
@@ -488,7 +502,7 @@ class Loader:
             self._releaser.put(self._current, event)
         self._current = None
 
-    def _hand_out(self, batch, epoch):
+    def _hand_out(self, batch: _BatchMemory, epoch: int) -> Tuple[Any, Any]:
         lib = self._lib
         n = lib.carpool_batch_size(batch.handle)
         self._current = batch
@@ -511,7 +525,8 @@ class Loader:
             return images, labels
         return torch.from_numpy(images), torch.from_numpy(labels)
 
-    def _device_tensors(self, batch, n):
+    def _device_tensors(self, batch: _BatchMemory, n: int) -> Tuple[Any, Any]:
+        assert self._torch_device is not None  # a GPU job's
         lib = self._lib
         if lib.carpool_batch_device(batch.handle) != self._torch_device.index:
             raise CarpoolError(f"batch is on device {lib.carpool_batch_device(batch.handle)}, "
@@ -529,18 +544,19 @@ class Loader:
                                  device=self._torch_device)
         return images, labels
 
-    def _create_job(self, resume):
+    def _create_job(self, resume: Optional[bytes]) -> None:
         """Creates the server job from self._opts, resuming from position bytes when given."""
-        opts = self._opts
+        opts, client = self._opts, self._client
+        assert client is not None  # made in __init__ before the job
         buf = ctypes.create_string_buffer(resume, len(resume)) if resume else None
         opts.resume = ctypes.cast(buf, ctypes.c_void_p) if buf is not None else None
         opts.resume_bytes = len(resume) if resume else 0
         job = ctypes.c_void_p()
         try:
-            _ffi.check(self._lib.carpool_job_create(self._client.handle, ctypes.byref(opts),
+            _ffi.check(self._lib.carpool_job_create(client.handle, ctypes.byref(opts),
                                                     ctypes.byref(job)))
         except CarpoolError:
-            self._client.close()
+            client.close()
             raise
         finally:
             opts.resume, opts.resume_bytes = None, 0
@@ -591,7 +607,7 @@ class Loader:
             raise CarpoolError(f"loader for job {self.job_id} is closed", 6)
         out = ctypes.c_void_p()
         _ffi.check(self._lib.carpool_job_stats(self._job, ctypes.byref(out)))
-        return json.loads(_ffi.take_string(out))
+        return _json_object(_ffi.take_string(out))
 
     def server_stats(self) -> Dict[str, Any]:
         """The server's statistics (all jobs, cache, preparations, deliveries, sharing_ratio)."""
@@ -618,16 +634,16 @@ class Loader:
     def __enter__(self) -> "Loader":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # interpreter shutdown: modules may be gone
             pass
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"carpool.Loader(dataset={self.dataset!r}, job={self.job_id}, "
                 f"batch_size={self.batch_size}, epochs={self.epochs}, "
                 f"batches_per_epoch={len(self)}, sample_shape={self.sample_shape}, "

@@ -14,12 +14,12 @@ signal: the actor starts it on its main thread). docs/python.md, "Ray Tune"."""
 
 import os
 import pathlib
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ._ffi import CarpoolError
+from ._ffi import CarpoolError, NotFoundError
 from .loader import server_stats as _server_stats
 from .server import Server
 
@@ -52,7 +52,7 @@ class NodeServer:
         return self.server.stop()
 
 
-def _alive_nodes():
+def _alive_nodes() -> List[str]:
     return [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
 
 
@@ -66,7 +66,7 @@ def start_servers(state_dir: Union[str, "os.PathLike[str]"],
         raise CarpoolError("carpool.ray.start_servers needs a Ray connection; call ray.init() "
                            "(or ray.init(address=\"auto\") for a `ray start` cluster) first", 6)
     state = str(pathlib.Path(state_dir).resolve())
-    actors = {node: NodeServer.options(
+    actors = {node: NodeServer.options(  # type: ignore[attr-defined]
         name=ACTOR_PREFIX + node, namespace=NAMESPACE,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
     ).remote(state, setup, flags) for node in _alive_nodes()}
@@ -74,19 +74,20 @@ def start_servers(state_dir: Union[str, "os.PathLike[str]"],
     return dict(zip(actors, ray.get([a.where.remote() for a in actors.values()])))
 
 
-def _actor(node: str):
+def _actor(node: str) -> Any:
     try:
         return ray.get_actor(ACTOR_PREFIX + node, namespace=NAMESPACE)
     except ValueError as e:
-        raise CarpoolError(f"no carpool server on Ray node {node} ({e}); call "
-                           "carpool.ray.start_servers(...) in the driver after ray.init(), "
-                           "and before the tasks that read through it", 2) from None
+        raise NotFoundError(f"no carpool server on Ray node {node} ({e}); call "
+                            "carpool.ray.start_servers(...) in the driver after ray.init(), "
+                            "and before the tasks that read through it") from None
 
 
 def local_server() -> Tuple[str, str]:
     """(socket, state dir) of the server on the node this task or actor runs on."""
     actor = _actor(ray.get_runtime_context().get_node_id())  # held: methods keep a weak ref
-    return ray.get(actor.where.remote())
+    where: Tuple[str, str] = ray.get(actor.where.remote())
+    return where
 
 
 def server_stats() -> Dict[str, Dict[str, Any]]:
@@ -97,7 +98,7 @@ def server_stats() -> Dict[str, Dict[str, Any]]:
 
 def stop_servers() -> Dict[str, Optional[int]]:
     """Stops every node's server and its actor; returns {node id: the server's exit code}."""
-    codes = {}
+    codes: Dict[str, Optional[int]] = {}
     for node in _alive_nodes():
         try:
             actor = ray.get_actor(ACTOR_PREFIX + node, namespace=NAMESPACE)

@@ -83,13 +83,13 @@ def cli(*args: Any, state_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
 _SETPRIV: List[List[str]] = []  # [] until looked up, then [argv prefix] (empty when unavailable)
 
 
-def _death_signal_prefix():
+def _death_signal_prefix() -> List[str]:
     """argv that makes the command get SIGTERM when this process dies: util-linux's
     `setpriv --pdeathsig TERM --` (Linux, util-linux >= 2.33), or [] where that does not work.
     setpriv sets PR_SET_PDEATHSIG in the child itself and then execs the server, so no Python code
     runs between fork and exec (subprocess's preexec_fn is not safe in a process with threads)."""
     if not _SETPRIV:
-        prefix = []
+        prefix: List[str] = []
         setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
         if setpriv:
             try:
@@ -104,7 +104,7 @@ def _death_signal_prefix():
     return list(_SETPRIV[0])
 
 
-def _stop_process(proc, grace):
+def _stop_process(proc: "subprocess.Popen[bytes]", grace: float) -> Optional[int]:
     """SIGTERM, then SIGKILL after `grace` seconds; the exit code. Also the Server's finalizer,
     so it must not refer to the Server."""
     if proc.poll() is None:
@@ -147,8 +147,9 @@ class Server:
         self.flags = flags
         self.log = log
         self.grace = grace
-        self.proc: Optional[subprocess.Popen] = None
-        self._finalizer: Optional[weakref.finalize] = None
+        self.proc: "Optional[subprocess.Popen[bytes]]" = None
+        self._finalizer: "Optional[weakref.finalize[[subprocess.Popen[bytes], float], Server]]" = \
+            None
 
     def start(self, timeout: float = 30.0) -> "Server":
         timeout = _args.number("timeout", timeout)
@@ -178,7 +179,8 @@ class Server:
             raise
         return self
 
-    def _wait_ready(self, lib, cmd, timeout):
+    def _wait_ready(self, lib: Any, cmd: List[str], timeout: float) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -209,5 +211,5 @@ class Server:
     def __enter__(self) -> "Server":
         return self.start()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.stop()

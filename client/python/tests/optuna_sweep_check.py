@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 
+from check_runner import source_env  # this folder
+
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 SWEEP = ROOT / "examples" / "optuna_sweep.py"
 TINY = ["--trials", "2", "--parallel", "2", "--train-samples", "1200", "--test-samples", "1000",
@@ -23,7 +25,7 @@ TINY = ["--trials", "2", "--parallel", "2", "--train-samples", "1200", "--test-s
 
 def run(*args, env=None):
     r = subprocess.run([sys.executable, str(SWEEP), *TINY, *args], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=500, env=env)
+                       stderr=subprocess.STDOUT, text=True, timeout=500, env=source_env(env))
     print(f"$ optuna_sweep.py {' '.join(TINY + list(args))}\n{r.stdout}", flush=True)
     if r.returncode != 0:
         raise AssertionError(f"optuna_sweep.py exited with {r.returncode}")
@@ -51,7 +53,8 @@ def main():
         check(m and float(m.group(1)) >= 1.0, "the server's sharing ratio, >= 1")
         check("removed the sweep's" in out, "the sweep removed its datasets")
         left = subprocess.run([sys.executable, str(SWEEP), "--remove", "ci-sweep-",
-                               "--state-dir", tmp], stdout=subprocess.PIPE, text=True, check=True)
+                               "--state-dir", tmp], stdout=subprocess.PIPE, text=True, check=True,
+                              env=source_env())
         check("removed: []" in left.stdout, f"no ci-sweep- dataset left: {left.stdout}")
     out = run("--epochs", "3", "--prune-below", "1.01")
     pruned = [json.loads(ln) for ln in out.splitlines() if ln.startswith('{"trial"')]

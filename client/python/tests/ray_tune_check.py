@@ -19,7 +19,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from check_runner import check, run  # noqa: E402 (this folder)
+from check_runner import check, run, source_env  # noqa: E402 (this folder)
 
 PYTHON = pathlib.Path(os.environ.get("CARPOOL_RAY_PYTHON", ROOT / "build-ray/venv/bin/python"))
 TINY = ["--trials", "4", "--parallel", "2", "--epochs", "2", "--train-samples", "1200",
@@ -31,7 +31,8 @@ def main():
         print(f"SKIP: {PYTHON} not found; create it with scripts/ray_venv.sh (PyPI: ray[tune])")
         return 77
     r = subprocess.run([str(PYTHON), str(ROOT / "examples/ray_tune_sweep.py"), *TINY],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=500)
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=500,
+                       env=source_env())
     lines = [ln for ln in r.stdout.splitlines() if not re.match(r"^\s*[│╭╰├]", ln)]
     print("\n".join(lines[-20:]), flush=True)
     out = r.stdout

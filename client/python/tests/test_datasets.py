@@ -97,6 +97,8 @@ class DatasetsTest(unittest.TestCase):
             cds.derive("x", "no-such", classes=[1], state_dir=STATE)
         self.assertIn('dataset "no-such" not found', str(cm.exception))
         self.assertEqual(cm.exception.code_name, "NotFound")
+        self.assertIsInstance(cm.exception, carpool.NotFoundError)
+        self.assertIsInstance(cm.exception, LookupError)
         with self.assertRaises(carpool.CarpoolError) as cm:
             cds.add("fm", idx=(IMAGES, LABELS), state_dir=STATE)
         self.assertIn('dataset "fm" already exists', str(cm.exception))
@@ -109,6 +111,12 @@ class DatasetsTest(unittest.TestCase):
         with self.assertRaises(carpool.CarpoolError) as cm:
             cds.remove("no-such", state_dir=STATE)
         self.assertEqual(cm.exception.code_name, "NotFound")
+        self.assertIsInstance(cm.exception, carpool.NotFoundError)
+        with self.assertRaises(carpool.InvalidArgumentError) as cm:  # the CLI parses the spec
+            cds.derive("t-bad-spec", "fm", fraction=0.5, prepare="resize=-3", state_dir=STATE)
+        self.assertIn("resize", str(cm.exception))
+        self.assertEqual(cm.exception.code_name, "InvalidArgument")
+        self.assertIsInstance(cm.exception, ValueError)
 
     def test_argument_errors_come_first(self):
         cases = [

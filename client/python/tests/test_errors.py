@@ -59,6 +59,41 @@ class LoaderArgumentTest(unittest.TestCase):
         self.assertEqual(cm.exception.code_name, "Unavailable")
 
 
+class ErrorClassTest(unittest.TestCase):
+    """Issue 22: what only the server, the library or the CLI can refuse keeps raising a
+    CarpoolError (old `except CarpoolError` code still catches it), of a class that is also the
+    built-in exception a Python caller expects, picked by the status code."""
+
+    def test_classes(self):
+        self.assertTrue(issubclass(carpool.InvalidArgumentError, carpool.CarpoolError))
+        self.assertTrue(issubclass(carpool.InvalidArgumentError, ValueError))
+        self.assertTrue(issubclass(carpool.NotFoundError, carpool.CarpoolError))
+        self.assertTrue(issubclass(carpool.NotFoundError, LookupError))
+        self.assertTrue(issubclass(carpool.CarpoolError, RuntimeError))
+        for code, cls in ((1, carpool.InvalidArgumentError), (2, carpool.NotFoundError),
+                          (8, carpool.CarpoolError), (6, carpool.CarpoolError)):
+            e = carpool._ffi.error("message", code)
+            self.assertIs(type(e), cls)
+            self.assertEqual((e.code, str(e)), (code, "message"))
+        e = carpool.InvalidArgumentError("x")
+        self.assertEqual((e.code, e.code_name), (1, "InvalidArgument"))
+
+    def test_as_numpy_false_without_torch(self):
+        import carpool.loader
+
+        saved = carpool.loader.torch
+        carpool.loader.torch = None
+        try:
+            with self.assertRaises(carpool.InvalidArgumentError) as cm:
+                carpool.Loader("fm", as_numpy=False, socket=ABSENT)
+        finally:
+            carpool.loader.torch = saved
+        self.assertIn("as_numpy=False", str(cm.exception))
+        self.assertIn("pass as_numpy=True", str(cm.exception))
+        self.assertEqual(cm.exception.code_name, "FailedPrecondition")
+        self.assertIsInstance(cm.exception, ValueError)
+
+
 class ServerArgumentTest(unittest.TestCase):
     def test_server_and_cli_arguments(self):
         with self.assertRaisesRegex(TypeError, "state_dir must be a path.*None"):

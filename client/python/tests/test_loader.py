@@ -255,20 +255,29 @@ class LoaderSharingTest(unittest.TestCase):
 
 class LoaderErrorTest(unittest.TestCase):
     def test_unknown_dataset(self):
-        with self.assertRaises(carpool.CarpoolError) as cm:
+        with self.assertRaises(carpool.NotFoundError) as cm:
             carpool.Loader("no-such-dataset", batch_size=8, socket=FX.socket)
         self.assertIn("no-such-dataset", str(cm.exception))
         self.assertEqual(cm.exception.code_name, "NotFound")
+        self.assertIsInstance(cm.exception, LookupError)
+        self.assertIsInstance(cm.exception, carpool.CarpoolError)  # as before issue 22
 
     def test_bad_transform_names_the_step(self):
-        with self.assertRaises(carpool.CarpoolError) as cm:
+        with self.assertRaises(carpool.InvalidArgumentError) as cm:
             carpool.Loader("fm-small", batch_size=8, transform="rotate(5)", socket=FX.socket)
         self.assertIn("rotate(5)", str(cm.exception))
+        self.assertEqual(cm.exception.code_name, "InvalidArgument")
+        self.assertIsInstance(cm.exception, ValueError)
+        self.assertIsInstance(cm.exception, carpool.CarpoolError)
 
     def test_cuda_device_is_refused_clearly(self):
-        with self.assertRaises(carpool.CarpoolError) as cm:
+        # No CUDA in this process: FailedPrecondition; a GPU the server does not serve:
+        # InvalidArgument. Either way an InvalidArgumentError, so a ValueError too.
+        with self.assertRaises(carpool.InvalidArgumentError) as cm:
             carpool.Loader("fm-small", batch_size=8, device="cuda:0", socket=FX.socket)
         self.assertIn("cuda:0", str(cm.exception))
+        self.assertIn(cm.exception.code_name, ("FailedPrecondition", "InvalidArgument"))
+        self.assertIsInstance(cm.exception, ValueError)
 
     def test_no_server(self):
         with self.assertRaises(carpool.CarpoolError) as cm:

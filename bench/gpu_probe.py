@@ -1,14 +1,13 @@
-#!/usr/bin/python3
 """Where one GPU job's time goes: carpool's GPU path taken apart, on the GPU machine.
 
-  gpu_probe.py [--variants drop sleep train train-cpu train-deep] [--max-seconds 12]
-               [bench_gpu.py's options: --count, --workers, --lookahead, --prefetch, ...]
+  python3 -m bench.gpu_probe [--variants drop sleep train train-cpu train-deep]
+      [--max-seconds 12] [bench.gpu's options: --count, --workers, --lookahead, --prefetch, ...]
 
-Each variant is one job on the dataset `all` of bench_gpu.py (same data, same server flags), run
+Each variant is one job on the dataset `all` of bench.gpu (same data, same server flags), run
 against a fresh server for --max-seconds:
   drop        the job drops its batches: the server's rate with nothing downstream;
   sleep       the job sleeps one training step's time per batch and touches no GPU;
-  train       ResNet-18 training on the batches (bench_gpu.py's n1 carpool side);
+  train       ResNet-18 training on the batches (bench.gpu's n1 carpool side);
   train-cpu   the same training on host batches (device "cpu") copied to the GPU;
   train-deep  train with 2x the prefetch, and 2x --lookahead when it is given (else the
               server's own look-ahead);
@@ -28,9 +27,10 @@ import sys
 import threading
 import time
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import bench_gpu as bg  # noqa: E402
+from bench.common import import_carpool
+from bench.gpu.cli import finish_args, parser
+from bench.gpu.jobs import run_jobs
+from bench.gpu.run import Bench
 
 VARIANTS = ["drop", "sleep", "train", "train-cpu", "train-deep", "train-query", "train-blocking"]
 
@@ -156,7 +156,7 @@ def run_variant(bench, name, args):
             def before():
                 box["sampler"] = StatsSampler(carpool, srv.socket, srv.proc.pid)
                 box["cpu0"] = thread_cpu(srv.proc.pid)
-            results, _, _ = bg.run_jobs([spec], args.max_seconds, on_start=before)
+            results, _, _ = run_jobs([spec], args.max_seconds, on_start=before)
             box["sampler"].stop()
             cpu1 = thread_cpu(srv.proc.pid)
     finally:
@@ -211,14 +211,14 @@ def run_variant(bench, name, args):
 
 
 def main():
-    ap = bg.parser()
+    ap = parser("python -m bench.gpu_probe")
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=VARIANTS)
     ap.set_defaults(max_seconds=12, rate_seconds=4, scenarios=["n1"])
-    args = bg.finish_args(ap.parse_args())
-    bench = bg.Bench(args)
-    bench.carpool = bg.import_carpool()
+    args = finish_args(ap.parse_args())
+    bench = Bench(args)
+    bench.carpool = import_carpool()
     if bench.carpool is None:
-        sys.exit("gpu_probe.py: no carpool binary or library (build it, or use the bundle)")
+        sys.exit("bench.gpu_probe: no carpool binary or library (build it, or use the bundle)")
     import tempfile
     import shutil
     tmp = tempfile.mkdtemp(prefix="carpool-gpu-probe-")
@@ -229,7 +229,7 @@ def main():
         bench.prepare_data()
         bench.register()
         specs = [bench.spec("synthetic", 0, "all")]
-        results, ready, _ = bg.run_jobs(specs, args.rate_seconds)
+        results, ready, _ = run_jobs(specs, args.rate_seconds)
         bench.report.update(step_s=ready[0]["step_s"])
         report.update(device=ready[0]["device"], gpu_rate=results[0]["images_per_s"],
                       step_s=ready[0]["step_s"])

@@ -3,8 +3,8 @@
 `--cache-fraction F` gives the cache room for F of the prepared set's samples, each taking 5/4
 of its prepared bytes in a cache slot (slot header and size-class rounding), the same figure as
 `carpool bench e2e` and `bench load` (tools/cache_fraction.h). `--cache-size` gives the bytes
-instead, and the reports state it as a fraction all the same. Imported by bench_gpu.py and
-bench_peers.py; it imports neither."""
+instead, and the reports state it as a fraction all the same. Imported by bench.gpu,
+bench.peers and the sweeps of examples/; it imports none of them."""
 
 import argparse
 import math

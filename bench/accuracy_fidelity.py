@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Does carpool's sampling order change what a model learns? The same small CNN, the same epochs,
 the same seeds, trained two ways on the same Fashion-MNIST training samples:
 
@@ -8,8 +7,8 @@ the same seeds, trained two ways on the same Fashion-MNIST training samples:
 
 Prints each run's test accuracy on t10k and mean +- std per way. Starts its own server on a
 temporary state dir.
-  scripts/accuracy_fidelity.py [--seeds 0 1 2] [--epochs 2] [--train-size 30000] [--json F]
-                               [--device cuda]
+  PYTHONPATH=client/python python3 -m bench.accuracy_fidelity [--seeds 0 1 2] [--epochs 2]
+      [--train-size 30000] [--json F] [--device cuda]
 --train-size N uses the first N training records (a derived dataset, `--from fmnist --ids`), to keep the runtime to a
 few minutes on 2 cores; 60000 is the full set. --device cuda trains every model on cuda:0: the
 carpool jobs' loaders deliver their batches there (a server with --gpus 0), and the DataLoader's
@@ -20,17 +19,14 @@ import json
 import pathlib
 import sqlite3
 import statistics
-import sys
 import tempfile
 import time
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+import carpool
+import torch
 
-import fmnist_train as ft  # noqa: E402  (puts client/python on sys.path)
-import carpool  # noqa: E402
-import torch  # noqa: E402
-from sweep_demo import finish_job, launch_job  # noqa: E402
+from bench import fmnist_train as ft
+from bench.sweep_demo import finish_job, launch_job
 
 LR, BATCH = 0.05, 64
 COMPANION_LRS = (0.02, 0.1)

@@ -1,11 +1,11 @@
-#!/usr/bin/env python3
 """Issue 13 item 4: tar shards written by the `webdataset` library register and serve exactly once
 in carpool.
 
-  ~/.cache/carpool/bench-venv/bin/python scripts/check_wds_carpool.py [--count 2500]
+  PYTHONPATH=client/python ~/.cache/carpool/bench-venv/bin/python -m bench.check_wds_carpool
+      [--count 2500]
       [--shard-size 50] [--epochs 2] [--jobs 2]
 
-Writes (or reuses) the shards that `bench_peers.py --configs webdataset` reads: the synthetic
+Writes (or reuses) the shards that `python -m bench.peers --configs webdataset` reads: the synthetic
 JPEGs of `carpool bench e2e`, each sample's `__key__` its ImageFolder index, `.jpg` the file and
 `.cls` its label, written by webdataset's own ShardWriter. Registers them with `carpool dataset
 add --tar`, starts a server, and runs --jobs jobs together, each --epochs epochs with its own
@@ -21,10 +21,6 @@ import sqlite3
 import sys
 import tempfile
 import threading
-
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.append(str(HERE.parent / "client" / "python"))
 
 PREPARE = "resize=64,crop=64"  # small: the check is the ids and labels, not the pixels
 
@@ -63,17 +59,18 @@ def main():
     ap.add_argument("--jobs", type=int, default=2, help="jobs together, seeds 1..N")
     a = ap.parse_args()
     if min(a.count, a.shard_size, a.epochs, a.jobs) < 1:
-        sys.exit("check_wds_carpool.py: --count, --shard-size, --epochs and --jobs must be >= 1")
+        sys.exit("bench.check_wds_carpool: --count, --shard-size, --epochs and --jobs must be >= 1")
     try:
         import carpool
         import webdataset  # noqa: F401  the shards' writer
         from torchvision.datasets import ImageFolder
     except ImportError as e:
-        print(f"check_wds_carpool.py: {e}; run it with the python of scripts/bench_peers_venv.sh",
+        print(f"bench.check_wds_carpool: {e}; run it with the python of "
+              "scripts/bench_peers_venv.sh",
               file=sys.stderr)
         sys.exit(2)
-    from bench_gpu import ensure_jpegs
-    from bench_peers import epoch_check, order_z, write_shards
+    from bench.common import ensure_jpegs, epoch_check, order_z
+    from bench.peers.shards import write_shards
 
     root = ensure_jpegs(None, "bench-peers", a.count, carpool)
     samples = ImageFolder(str(root)).samples

@@ -1,9 +1,9 @@
-#!/usr/bin/python3
 """A small hyperparameter sweep of PyTorch training jobs that share one carpool server.
 
-  sweep_demo.py sweep --socket S --label L --out L.json   # runs SWEEP, one process per job
-  sweep_demo.py compare A.json B.json [C.json ...]         # the sweeps side by side
-Each job is a process running scripts/fmnist_train.py.
+  python3 -m bench.sweep_demo sweep --socket S --label L --out L.json   # SWEEP, a process a job
+  python3 -m bench.sweep_demo compare A.json B.json [C.json ...]         # side by side
+(PYTHONPATH=client/python, from the repository root.) Each job is a process running
+bench.fmnist_train, given this process's bench and carpool packages by PYTHONPATH.
 
 scripts/demo.sh runs it twice: against a server with its cache (sharing on) and against one with
 --cache-size 0 (every delivery prepared: sharing off). Datasets: fmnist (Fashion-MNIST train) and
@@ -17,10 +17,12 @@ import subprocess
 import sys
 import time
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "client" / "python"))
+import carpool
 
-import carpool  # noqa: E402
+# The folders holding this bench package and the carpool package this process uses: a job
+# process (python -m bench.fmnist_train) gets them first on its PYTHONPATH.
+PACKAGE_PATHS = [str(pathlib.Path(__file__).resolve().parents[1]),
+                 str(pathlib.Path(carpool.__file__).resolve().parents[1])]
 
 # name, dataset, learning rate, batch size, epochs, start (None: at once; F: when job "a" has
 # consumed the fraction F of its epochs).
@@ -33,11 +35,13 @@ SWEEP = [
 
 
 def launch_job(socket, dataset, lr, batch_size, epochs, seed, device="cpu"):
-    """Starts one training process (fmnist_train.py); its first line is {"job_id": N}."""
-    cmd = [sys.executable, str(HERE / "fmnist_train.py"), "--socket", socket, "--dataset",
+    """Starts one training process (bench.fmnist_train); its first line is {"job_id": N}."""
+    cmd = [sys.executable, "-m", "bench.fmnist_train", "--socket", socket, "--dataset",
            dataset, "--lr", str(lr), "--batch-size", str(batch_size), "--epochs", str(epochs),
            "--seed", str(seed), "--device", device]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    path = os.pathsep.join(PACKAGE_PATHS + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=path))
 
 
 def finish_job(proc, row):

@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """What users run today: torchvision ImageFolder + a PyTorch DataLoader per training job.
 
-  bench_torchvision.py --root DIR --jobs N --workers W [--batch-size B] [--epochs E] [--step-ms MS]
+  python3 -m bench.torchvision_jobs --root DIR --jobs N --workers W [--batch-size B] [--epochs E]
+      [--step-ms MS]
+  python3 bench/torchvision_jobs.py ...   # the same: it imports nothing of bench/, so
+      `carpool bench e2e --torchvision --torchvision-script bench/torchvision_jobs.py` runs it
 
 Runs N jobs as N processes in parallel, each with its own DataLoader (shuffle=True) over the same
 ImageFolder, the W workers split across the jobs as `carpool bench e2e` splits its baseline's
@@ -77,7 +80,8 @@ def main():
     p.add_argument("--step-ms", type=float, default=0.0)
     args = p.parse_args()
     if args.jobs < 1 or args.workers < 1 or args.batch_size < 1 or args.epochs < 1:
-        sys.exit("bench_torchvision.py: --jobs, --workers, --batch-size and --epochs must be >= 1")
+        sys.exit("bench.torchvision_jobs: --jobs, --workers, --batch-size and --epochs must be "
+                 ">= 1")
 
     # Import once here, so the forked jobs do not each pay (and overlap) the import.
     import torch  # noqa: F401
@@ -94,7 +98,7 @@ def main():
     for proc in procs:
         proc.join()
         if proc.exitcode != 0:
-            sys.exit(f"bench_torchvision.py: a job process exited with {proc.exitcode}")
+            sys.exit(f"bench.torchvision_jobs: a job process exited with {proc.exitcode}")
     results.sort(key=lambda r: r["job"])
     for r in results:
         print(json.dumps(r))

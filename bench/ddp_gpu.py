@@ -1,18 +1,17 @@
-#!/usr/bin/python3
 """Issue 12 on two GPUs: a 2-rank DDP ResNet-18 job (cuda:0 and cuda:1) next to a 1-GPU trial on
 the same dataset (cuda:0), fed by carpool, then by DataLoader + DistributedSampler (and a plain
 DataLoader for the trial), in one run.
 
-  bench_ddp_gpu.py [--count 20000] [--max-seconds 20] [--json-out F] [--smoke]
+  PYTHONPATH=client/python python3 -m bench.ddp_gpu [--count 20000] [--max-seconds 20]
+      [--json-out F] [--smoke]
 
 The DDP ranks are spawned with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
 TORCHELASTIC_RUN_ID, MASTER_ADDR/PORT), so carpool.Loader takes its rank, job key and device
 (cuda:LOCAL_RANK) from it; NCCL all-reduces the gradients (gloo in --smoke, on the CPU). Checked:
 each rank's batches are on its own GPU, both ranks take the same number of steps, and the server
 uploads each sample once per GPU (its gpus[] counters). The data, the model and the step are
-bench_gpu.py's. --smoke: 400 images, CPU, a tiny model, to test the orchestration here."""
+bench.gpu's. --smoke: 400 images, CPU, a tiny model, to test the orchestration here."""
 
-import argparse
 import json
 import os
 import pathlib
@@ -23,9 +22,11 @@ import tempfile
 import time
 import traceback
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import bench_gpu as bg  # noqa: E402
+from bench.common import import_carpool
+from bench.gpu.cli import finish_args, parser
+from bench.gpu.jobs import aggregate, job_process, run_job, run_jobs
+from bench.gpu.run import Bench
+from bench.torchvision_jobs import job_workers
 
 
 def free_port():
@@ -35,7 +36,7 @@ def free_port():
 
 
 def ddp_rank(spec, go, stop, progress, out):
-    """One rank of the DDP job: bench_gpu's job loop with torch.distributed around it."""
+    """One rank of the DDP job: bench.gpu's job loop with torch.distributed around it."""
     try:
         os.environ.update(RANK=str(spec["rank"]), WORLD_SIZE="2", LOCAL_RANK=str(spec["rank"]),
                           LOCAL_WORLD_SIZE="2", TORCHELASTIC_RUN_ID=spec["run_id"],
@@ -46,7 +47,7 @@ def ddp_rank(spec, go, stop, progress, out):
         dist.init_process_group("nccl" if cuda else "gloo")
         if spec["side"] == "baseline":  # DistributedSampler gives this rank its share
             spec = dict(spec, distributed=True)
-        bg.run_job(spec, go, stop, progress, out, wrap=lambda m: torch.nn.parallel.
+        run_job(spec, go, stop, progress, out, wrap=lambda m: torch.nn.parallel.
                    DistributedDataParallel(m, device_ids=[spec["rank"]] if cuda else None))
         dist.destroy_process_group()
     except BaseException:
@@ -55,11 +56,11 @@ def ddp_rank(spec, go, stop, progress, out):
 
 
 def main():
-    ap = bg.parser()
+    ap = parser("python -m bench.ddp_gpu")
     ap.set_defaults(scenarios=["n1"], rate_seconds=4)
-    args = bg.finish_args(ap.parse_args())
-    bench = bg.Bench(args)
-    bench.carpool = bg.import_carpool()
+    args = finish_args(ap.parse_args())
+    bench = Bench(args)
+    bench.carpool = import_carpool()
     tmp = tempfile.mkdtemp(prefix="carpool-ddp-bench-")
     bench.state_dir = bench.log_dir = pathlib.Path(tmp)
     report = {"config": vars(args), "sides": {}}
@@ -85,18 +86,18 @@ def main():
                 with bench.server("ddp", gpus="0,1") as srv:
                     for s in specs:
                         s["socket"] = srv.socket
-                    results, _, _ = bg.run_jobs(specs, args.max_seconds,
+                    results, _, _ = run_jobs(specs, args.max_seconds,
                                                 target_of=lambda s: ddp_rank if s.get("ddp")
-                                                else bg.job_process)
+                                                else job_process)
                     stats = bench.carpool.server_stats(socket=srv.socket)
             else:
                 for s in specs:
-                    s["workers"] = bg.job_workers(args.workers, 3, s["job"])
-                results, _, _ = bg.run_jobs(specs, args.max_seconds,
+                    s["workers"] = job_workers(args.workers, 3, s["job"])
+                results, _, _ = run_jobs(specs, args.max_seconds,
                                             target_of=lambda s: ddp_rank if s.get("ddp")
-                                            else bg.job_process)
+                                            else job_process)
                 stats = None
-            agg = bg.aggregate(results, bench.sampler)
+            agg = aggregate(results, bench.sampler)
             ddp = [r for r in results[:2]]
             row = {"images_per_s": agg["images_per_s"], "wall_s": agg["wall_s"],
                    "ddp_images_per_s": sum(r["images"] for r in ddp) / max(

@@ -1,11 +1,11 @@
-#!/usr/bin/python3
-"""The small Fashion-MNIST training job shared by scripts/sweep_demo.py and
-scripts/accuracy_fidelity.py: a model, one epoch of SGD over any iterable of batches, and the test
+"""The small Fashion-MNIST training job shared by bench.sweep_demo and
+bench.accuracy_fidelity: a model, one epoch of SGD over any iterable of batches, and the test
 accuracy on t10k read with numpy (carpool.idx), so evaluation does not depend on the loader.
 
 Run as a script it is one training job on a carpool server: it prints {"job_id": N} once attached,
 then one JSON line with samples, seconds, final loss and test accuracy.
-  fmnist_train.py --socket S --dataset fmnist --lr 0.05 [--batch-size 64 --epochs 1 --seed 0]
+  python3 -m bench.fmnist_train --socket S --dataset fmnist --lr 0.05
+      [--batch-size 64 --epochs 1 --seed 0]
                   [--device cuda:0]
 With --device cuda:N the loader delivers batches in that GPU's memory and the model trains there."""
 
@@ -16,15 +16,12 @@ import pathlib
 import sys
 import time
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "client" / "python"))  # the package from this source tree
+import numpy as np
+import torch
+from torch import nn
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-
-import carpool  # noqa: E402
-from carpool.idx import read_idx  # noqa: E402
+import carpool
+from carpool.idx import read_idx
 
 FMNIST = pathlib.Path(os.environ.get("CARPOOL_FMNIST_DIR", "/usr/share/datasets/fashion-mnist"))
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST train-set pixel mean and std
@@ -113,7 +110,7 @@ def main():
     try:
         run_carpool_job(ap.parse_args())
     except carpool.CarpoolError as e:
-        print(f"fmnist_train.py: {e}", file=sys.stderr)
+        print(f"bench.fmnist_train: {e}", file=sys.stderr)
         sys.exit(1)
 
 

@@ -1,0 +1,70 @@
+#!/usr/bin/python3
+"""CI check of the bench/ package (ctest: carpool_bench_test), run as the shell wrappers run it:
+`python -m bench.X` with the repository root and client/python on PYTHONPATH, from another
+folder:
+  1. every entry point answers --help (its imports, no circular ones, resolve);
+  2. none of bench/ and examples/ edits sys.path, and no .py file of bench/, examples/ and
+     client/python is over 700 lines (issue 22);
+  3. `python -m bench.gpu --smoke --scenarios n1`: the whole GPU benchmark's orchestration on the
+     CPU (spawned jobs import bench.gpu's modules by name), a carpool and a DataLoader side.
+Exit 0 when all hold, 1 otherwise, 77 (skipped) when torch or torchvision is missing."""
+
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+from check_runner import ROOT, check, missing, run, source_env  # this folder
+
+ENTRY_POINTS = ["gpu", "peers", "ddp_gpu", "gpu_probe", "accuracy_fidelity", "fmnist_train",
+                "check_wds_carpool", "sweep_demo", "torchvision_jobs"]
+MAX_LINES = 700
+
+
+def bench(tmp, *args, timeout=60):
+    return subprocess.run([sys.executable, "-m", *args], cwd=tmp, env=source_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout)
+
+
+def check_sources():
+    for folder in ("bench", "examples", "client/python"):
+        for f in sorted((ROOT / folder).rglob("*.py")):
+            text = f.read_text()
+            lines = text.count("\n")
+            check(lines <= MAX_LINES, f"{f.relative_to(ROOT)}: {lines} lines, over {MAX_LINES}")
+            if folder != "client/python":
+                check(not re.search(r"\bsys\.path\b", text),
+                      f"{f.relative_to(ROOT)} edits sys.path; rely on PYTHONPATH instead")
+
+
+def main():
+    skip = missing(["torch", "torchvision"], "python3-torch and python3-torchvision")
+    if skip:
+        return skip
+    check_sources()
+    print("bench/, examples/: no sys.path edits; every .py file at most 700 lines", flush=True)
+    with tempfile.TemporaryDirectory(prefix="carpool-bench-check-") as tmp:
+        for name in ENTRY_POINTS:
+            r = bench(tmp, f"bench.{name}", "--help")
+            check(r.returncode == 0 and "usage:" in r.stdout,
+                  f"python -m bench.{name} --help: exit {r.returncode}: {r.stdout[-1500:]}")
+        print(f"{len(ENTRY_POINTS)} entry points answer --help", flush=True)
+        out = pathlib.Path(tmp) / "smoke.json"
+        r = bench(tmp, "bench.gpu", "--smoke", "--scenarios", "n1", "--max-seconds", "20",
+                  "--data-dir", str(pathlib.Path(tmp) / "jpeg"), "--json-out", str(out),
+                  timeout=400)
+        print(r.stdout[-1200:], flush=True)
+        check(r.returncode == 0, f"python -m bench.gpu --smoke exited {r.returncode}")
+        report = json.loads(out.read_text())
+        n1 = report["scenarios"]["n1"]
+        check(n1["baseline"].get("images", 0) > 0, "the DataLoader side trained on images")
+        check(n1["carpool"].get("images", 0) > 0, "the carpool side trained on images")
+    print("bench check: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    run(main, "bench check")
