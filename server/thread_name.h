@@ -1,5 +1,5 @@
 // Names the calling thread as `top -H`, `ps -L` and /proc/PID/task/TID/comm show it, so that
-// profiles (scripts/gpu_probe.py) can tell the server's workers, coordinator and io apart.
+// profiles (python -m bench.gpu_probe) can tell the server's workers, coordinator and io apart.
 // Cost: one syscall. Linux keeps 15 characters; longer names are cut.
 #ifndef CARPOOL_SERVER_THREAD_NAME_H_
 #define CARPOOL_SERVER_THREAD_NAME_H_

@@ -1,5 +1,5 @@
 // How many worker threads are in each phase of their tasks right now: a gauge per phase that
-// `carpool status` and scripts/gpu_probe.py sample to find where workers block (a phase whose
+// `carpool status` and bench/gpu_probe.py sample to find where workers block (a phase whose
 // count stays high while the workers use less CPU than their number). Thread-safe; entering or
 // leaving a phase costs two relaxed atomic additions.
 #ifndef CARPOOL_SERVER_WORKER_PHASES_H_

@@ -2,7 +2,7 @@
 // explicit `--cache-size` reported as one, so that every report says how much of the data the
 // cache could hold. A fraction counts samples: a cache of F has room for about F of the set's
 // samples, each taking 5/4 of its prepared bytes in a cache slot (slot header and size-class
-// rounding, the allowance bench e2e has always made). scripts/bench_cache.py is the Python twin.
+// rounding, the allowance bench e2e has always made). bench/cache.py is the Python twin.
 // Stateless functions: thread-safe.
 #ifndef CARPOOL_TOOLS_CACHE_FRACTION_H_
 #define CARPOOL_TOOLS_CACHE_FRACTION_H_

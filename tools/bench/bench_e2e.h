@@ -76,7 +76,7 @@ struct E2eScenarioResult {
   bool baseline_reused = false;
 };
 
-// scripts/bench_torchvision.py for `jobs` jobs (ImageFolder + DataLoader per job, the same total
+// bench/torchvision_jobs.py for `jobs` jobs (ImageFolder + DataLoader per job, the same total
 // workers), reaped with wait4 so that cpu_s covers the script and all its descendants.
 struct E2eTorchResult {
   size_t jobs = 0;

@@ -153,14 +153,14 @@ Result<std::string> FindScript(const std::string& flag, const std::string& exe) 
   if (!flag.empty()) return flag;
   const std::filesystem::path exe_dir = std::filesystem::path(exe).parent_path();
   for (const std::filesystem::path& p :
-       {std::filesystem::current_path() / "scripts", exe_dir / ".." / "scripts",
-        exe_dir / ".." / ".." / "scripts"}) {
-    if (std::filesystem::exists(p / "bench_torchvision.py")) {
-      return std::filesystem::weakly_canonical(p / "bench_torchvision.py").string();
+       {std::filesystem::current_path() / "bench", exe_dir / ".." / "bench",
+        exe_dir / ".." / ".." / "bench", exe_dir / ".." / ".." / ".." / "bench"}) {
+    if (std::filesystem::exists(p / "torchvision_jobs.py")) {
+      return std::filesystem::weakly_canonical(p / "torchvision_jobs.py").string();
     }
   }
   return Status::NotFound(
-      "scripts/bench_torchvision.py not found next to the build or in the current directory; "
+      "bench/torchvision_jobs.py not found next to the build or in the current directory; "
       "pass --torchvision-script PATH");
 }
 
@@ -293,9 +293,9 @@ int E2e(int argc, char** argv) {
       "cache-size", po::value<std::string>(),
       "server cache in bytes, e.g. 2GiB, instead of --cache-fraction")(
       "torchvision", po::bool_switch(&a.torchvision),
-      "also run scripts/bench_torchvision.py for N = 1 and 4")(
+      "also run bench/torchvision_jobs.py for N = 1 and 4")(
       "python", po::value(&a.python), "interpreter with torch (default /usr/bin/python3)")(
-      "torchvision-script", po::value(&a.script), "path of bench_torchvision.py")(
+      "torchvision-script", po::value(&a.script), "path of bench/torchvision_jobs.py")(
       "repeat", po::value(&a.repeat),
       "runs per scenario and side; the best is reported (default 1)")(
       "json-out", po::value(&a.json_out), "also write the JSON to this file")(

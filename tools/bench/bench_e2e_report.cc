@@ -130,7 +130,7 @@ void PrintE2eTables(const E2eRunInfo& info, const std::vector<E2eScenarioResult>
 
   if (!torch.empty()) {
     fmt::print(
-        "\n#### torchvision ImageFolder + DataLoader per job (scripts/bench_torchvision.py), "
+        "\n#### torchvision ImageFolder + DataLoader per job (bench/torchvision_jobs.py), "
         "{} workers in total; carpool at cache {}\n\n",
         info.workers, FirstCache(info));
     fmt::print(
