@@ -250,7 +250,7 @@ void Engine::StartPreparation(uint32_t sample) {
   if (source == nullptr) return;  // cannot happen: every job's samples are in the table
   if (Status begun = samples_.states().BeginPreparation(sample); !begun.ok()) return Check(begun);
   ++prep_outstanding_;
-  workers_->Post(WorkerPool::Priority::kNormal,
+  workers_->Post(WorkerPool::Queue::kFifo,
                  [this, sample, source = std::move(source)] { Prepare(sample, source); });
 }
 
@@ -348,7 +348,7 @@ void Engine::TryBuildBatch(Job& job) {
   job.fair_finish = task.fair_tag + std::max<uint64_t>(1, task.decisions);
   const uint64_t tag = task.fair_tag;
   workers_->Post(
-      WorkerPool::Priority::kHigh,
+      WorkerPool::Queue::kOrdered,
       [this, t = std::move(task)]() mutable { Assemble(std::move(t)); }, tag);
 }
 

@@ -16,11 +16,11 @@ WorkerPool::WorkerPool(size_t threads, std::function<void()> thread_init) {
 
 WorkerPool::~WorkerPool() { Shutdown(); }
 
-void WorkerPool::Post(Priority priority, std::function<void()> task, uint64_t order) {
+void WorkerPool::Post(Queue queue, std::function<void()> task, uint64_t order) {
   {
     MutexLock lock(mu_);
     if (stop_) return;
-    if (priority == Priority::kHigh) {
+    if (queue == Queue::kOrdered) {
       high_.emplace(std::pair{order, high_seq_++}, std::move(task));
     } else {
       normal_.push_back(std::move(task));

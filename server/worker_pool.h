@@ -24,10 +24,10 @@ namespace carpool {
 
 class WorkerPool {
  public:
-  // Names a queue, not a strict priority: kHigh is the ordered queue (the engine's assemblies),
-  // kNormal the FIFO one (its preparations). kHigh goes first except right after a kHigh start
-  // that passed waiting kNormal tasks: while both hold tasks they alternate, so neither starves.
-  enum class Priority { kHigh, kNormal };
+  // The two queues: kOrdered (the engine's assemblies, by their samples-fair tag) and kFifo (its
+  // preparations). kOrdered goes first except right after a kOrdered start that passed waiting
+  // kFifo tasks: while both hold tasks they alternate, so neither starves.
+  enum class Queue { kOrdered, kFifo };
 
   // Starts `threads` (>= 1) threads; each runs `thread_init` once before its first task.
   WorkerPool(size_t threads, std::function<void()> thread_init);
@@ -35,9 +35,9 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  // kHigh tasks start in ascending `order`, FIFO among equal ones; kNormal ones FIFO (`order` is
+  // kOrdered tasks start in ascending `order`, FIFO among equal ones; kFifo ones FIFO (`order` is
   // ignored). While both kinds are queued, they start in turns. O(log queued).
-  void Post(Priority priority, std::function<void()> task, uint64_t order = 0);
+  void Post(Queue queue, std::function<void()> task, uint64_t order = 0);
   // Drops the tasks not yet started, waits for running ones and joins the threads. Idempotent.
   void Shutdown();
   size_t size() const { return threads_.size(); }

@@ -29,7 +29,7 @@ TEST(WorkerPoolTest, LoadCountsRunningAndWaitingTasks) {
   std::shared_future<void> open = gate.get_future().share();
   std::atomic<int> done{0};
   for (int i = 0; i < 5; ++i) {
-    pool.Post(WorkerPool::Priority::kNormal, [open, &done] {
+    pool.Post(WorkerPool::Queue::kFifo, [open, &done] {
       open.wait();
       ++done;
     });
@@ -48,7 +48,7 @@ std::vector<int> RunOrder(PostAll post_all) {
   std::promise<void> gate;
   std::shared_future<void> open = gate.get_future().share();
   std::vector<int> order;  // written by the one worker only
-  pool.Post(WorkerPool::Priority::kNormal, [open] { open.wait(); });
+  pool.Post(WorkerPool::Queue::kFifo, [open] { open.wait(); });
   EXPECT_TRUE(LoadBecomes(pool, 1, 0));
   post_all(pool, order);
   gate.set_value();
@@ -56,10 +56,10 @@ std::vector<int> RunOrder(PostAll post_all) {
   return order;
 }
 
-TEST(WorkerPoolTest, HighPriorityRunsFirst) {
+TEST(WorkerPoolTest, TheOrderedQueueStartsFirst) {
   EXPECT_EQ(RunOrder([](WorkerPool& pool, std::vector<int>& order) {
-              pool.Post(WorkerPool::Priority::kNormal, [&order] { order.push_back(1); });
-              pool.Post(WorkerPool::Priority::kHigh, [&order] { order.push_back(2); });
+              pool.Post(WorkerPool::Queue::kFifo, [&order] { order.push_back(1); });
+              pool.Post(WorkerPool::Queue::kOrdered, [&order] { order.push_back(2); });
             }),
             (std::vector<int>{2, 1}));
 }
@@ -68,10 +68,10 @@ TEST(WorkerPoolTest, HighPriorityRunsFirst) {
 TEST(WorkerPoolTest, WhileBothQueuesHoldTasksTheyTakeTurns) {
   EXPECT_EQ(RunOrder([](WorkerPool& pool, std::vector<int>& order) {
               for (int i = 0; i < 3; ++i) {
-                pool.Post(WorkerPool::Priority::kHigh, [&order, i] { order.push_back(i); });
+                pool.Post(WorkerPool::Queue::kOrdered, [&order, i] { order.push_back(i); });
               }
               for (int i = 10; i < 12; ++i) {
-                pool.Post(WorkerPool::Priority::kNormal, [&order, i] { order.push_back(i); });
+                pool.Post(WorkerPool::Queue::kFifo, [&order, i] { order.push_back(i); });
               }
             }),
             (std::vector<int>{0, 10, 1, 11, 2}));
@@ -83,7 +83,7 @@ TEST(WorkerPoolTest, HighTasksStartInOrderOfTheirTagAndFifoAmongEqualTags) {
                   {1, 512}, {2, 16}, {3, 512}, {4, 0}, {5, 16}};
               for (const auto& [label, tag] : posted) {
                 pool.Post(
-                    WorkerPool::Priority::kHigh, [&order, label] { order.push_back(label); }, tag);
+                    WorkerPool::Queue::kOrdered, [&order, label] { order.push_back(label); }, tag);
               }
             }),
             (std::vector<int>{4, 2, 5, 1, 3}));
@@ -94,9 +94,9 @@ TEST(WorkerPoolTest, HighTasksStartInOrderOfTheirTagAndFifoAmongEqualTags) {
 TEST(WorkerPoolTest, ATaskThatThrowsIsDroppedAndTheThreadRunsOn) {
   WorkerPool pool(1, [] {});
   std::promise<void> ran;
-  pool.Post(WorkerPool::Priority::kNormal, [] { throw std::bad_alloc(); });
-  pool.Post(WorkerPool::Priority::kHigh, [] { throw 42; });
-  pool.Post(WorkerPool::Priority::kNormal, [&ran] { ran.set_value(); });
+  pool.Post(WorkerPool::Queue::kFifo, [] { throw std::bad_alloc(); });
+  pool.Post(WorkerPool::Queue::kOrdered, [] { throw 42; });
+  pool.Post(WorkerPool::Queue::kFifo, [&ran] { ran.set_value(); });
   ASSERT_EQ(ran.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
   EXPECT_TRUE(LoadBecomes(pool, 0, 0));
 }
