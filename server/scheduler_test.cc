@@ -62,6 +62,14 @@ SchedulerOptions Opts(uint64_t lookahead, uint64_t seed = 7) {
 
 // Adds a job over ids of [lo, lo + width) for a random lo below `spread`, each kept unless a
 // 1-in-`drop` draw leaves it out, with random epochs and prefetch. True when AddJob succeeds.
+// One step of a random churn: the clock moves a quarter, then which kind of step (0-9) and the
+// jobs present.
+std::pair<int, std::vector<JobId>> NextChurnStep(std::mt19937_64& gen, const Scheduler& s,
+                                                 double& now) {
+  now += 0.25;
+  return {static_cast<int>(gen() % 10), s.Jobs()};
+}
+
 bool AddRandomJob(Scheduler& s, std::mt19937_64& gen, JobId id, uint32_t spread, uint32_t width,
                   uint32_t drop, double now) {
   Roaring ds;
@@ -82,9 +90,7 @@ TEST(SchedulerTest, RefCountsMatchRecountUnderRandomOperations) {
     JobId next_id = 1;
     double now = 0;
     for (int op = 0; op < 300; ++op) {
-      now += 0.25;
-      const int kind = static_cast<int>(gen() % 10);
-      std::vector<JobId> jobs = s.Jobs();
+      const auto [kind, jobs] = NextChurnStep(gen, s, now);
       if (kind == 0 || jobs.empty()) {
         ASSERT_TRUE(AddRandomJob(s, gen, next_id++, 60, 40, 3, now));
       } else if (kind == 1) {
@@ -129,9 +135,7 @@ TEST(SchedulerTest, PacingBookkeepingMatchesAModelUnderRandomOperations) {
     JobId next_id = 1;
     double now = 0;
     for (int op = 0; op < 300; ++op) {
-      now += 0.25;
-      const int kind = static_cast<int>(gen() % 10);
-      std::vector<JobId> jobs = s.Jobs();
+      const auto [kind, jobs] = NextChurnStep(gen, s, now);
       if (kind == 0 || jobs.empty()) {
         ASSERT_TRUE(AddRandomJob(s, gen, next_id, 30, 30, 4, now));
         if (gen() % 2 == 0) s.SetBatch(next_id, 1 + gen() % 4);
