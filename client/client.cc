@@ -340,16 +340,16 @@ JobPosition Job::Position(bool exclude_latest) const {
   {
     MutexLock lock(state_->mu);
     p = state_->position;
-    const State::Undo& u = state_->undo;
-    if (exclude_latest && u.valid) {
-      if (u.new_epoch) {
-        p.taken = u.taken;
+    // Read through state_ (not a reference to undo): the analysis tracks no alias of a field.
+    if (exclude_latest && state_->undo.valid) {
+      if (state_->undo.new_epoch) {
+        p.taken = state_->undo.taken;
       } else {
-        p.taken.resize(u.taken_size);
+        p.taken.resize(state_->undo.taken_size);
       }
-      p.epoch = u.epoch;
-      p.batches = u.batches;
-      p.samples = u.samples;
+      p.epoch = state_->undo.epoch;
+      p.batches = state_->undo.batches;
+      p.samples = state_->undo.samples;
     }
   }
   std::sort(p.taken.begin(), p.taken.end());

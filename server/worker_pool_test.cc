@@ -77,13 +77,15 @@ TEST(WorkerPoolTest, WhileBothQueuesHoldTasksTheyTakeTurns) {
             (std::vector<int>{0, 10, 1, 11, 2}));
 }
 
-TEST(WorkerPoolTest, HighTasksStartInOrderOfTheirTagAndFifoAmongEqualTags) {
+TEST(WorkerPoolTest, OrderedTasksStartInOrderOfTheirTagAndFifoAmongEqualTags) {
   EXPECT_EQ(RunOrder([](WorkerPool& pool, std::vector<int>& order) {
               const std::vector<std::pair<int, uint64_t>> posted = {
                   {1, 512}, {2, 16}, {3, 512}, {4, 0}, {5, 16}};
-              for (const auto& [label, tag] : posted) {
+              for (const auto& entry : posted) {  // clang 14 cannot capture a structured binding
+                const int label = entry.first;
                 pool.Post(
-                    WorkerPool::Queue::kOrdered, [&order, label] { order.push_back(label); }, tag);
+                    WorkerPool::Queue::kOrdered, [&order, label] { order.push_back(label); },
+                    entry.second);
               }
             }),
             (std::vector<int>{4, 2, 5, 1, 3}));
