@@ -25,7 +25,7 @@ void Engine::RefSink::AddDecided(SampleId sample, int64_t delta) {
 }
 
 void Engine::RefSink::NextUseChanged(SampleId sample, double at) {
-  if (cache != nullptr) cache->SetNextUse(sample, at);
+  if (cache != nullptr && next_uses) cache->SetNextUse(sample, at);
 }
 
 void Engine::RefSink::AddRefAll(const Roaring& set, int64_t delta) {
@@ -68,6 +68,9 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   Result<std::vector<std::unique_ptr<GpuService>>> gpus = CreateGpuServices(go);
   if (!gpus.ok()) return gpus.status();
   e->gpus_ = std::move(*gpus);
+  // Only the next-use policy and the GPUs' resident areas read next uses: spare the others a
+  // cache lock per decision and delivery.
+  e->refs_.next_uses = options.policy == cache::EvictionPolicy::kNextUse || !e->gpus_.empty();
   uint32_t workers = options.workers;
   if (workers == 0) workers = std::max(1u, std::thread::hardware_concurrency());
   // Parallelism comes from the pool; OpenCV's own threads would only oversubscribe the cores.

@@ -129,6 +129,7 @@ class Engine : public JobService {
     void AddDecided(SampleId sample, int64_t delta) override;
     void NextUseChanged(SampleId sample, double at) override;
     cache::SampleCache* cache = nullptr;
+    bool next_uses = false;  // forward NextUseChanged (next-use policy, or GPUs served)
     int64_t total = 0;  // GUARDED_BY(Engine::mu_): the scheduler only runs under it
   };
 

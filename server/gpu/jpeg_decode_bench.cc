@@ -1,0 +1,135 @@
+// carpool_jpeg_decode_bench: JPEG decode throughput on this machine, in one run: nvJPEG's
+// hardware backend (the JPEG engines), its GPU-hybrid backend, and libjpeg-turbo on the CPU
+// (one thread, and every core), on synthetic 500x375 quality-90 photos like the bench set's.
+//   carpool_jpeg_decode_bench [--images N] [--batch B] [--rounds R]
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/gpu/cuda_check.h"
+#include "server/gpu/device_probe.h"
+#include "server/gpu/jpeg_decoder.h"
+
+namespace carpool::gpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<uint8_t> NoisyPhotoJpeg(int w, int h, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> noise(0, 18);
+  std::vector<uint8_t> rgb(size_t(w) * h * 3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      const float base[3] = {255.f * x / w, 255.f * y / h, 128.f};
+      for (int c = 0; c < 3; ++c) {
+        rgb[(size_t(y) * w + x) * 3 + c] =
+            static_cast<uint8_t>(std::clamp(base[c] + noise(rng), 0.f, 255.f));
+      }
+    }
+  }
+  tjhandle tj = tjInitCompress();
+  unsigned char* jpeg = nullptr;
+  unsigned long size = 0;
+  tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &jpeg, &size, TJSAMP_420, 90, 0);
+  std::vector<uint8_t> out(jpeg, jpeg + size);
+  tjFree(jpeg);
+  tjDestroy(tj);
+  return out;
+}
+
+double CpuRate(const std::vector<std::vector<uint8_t>>& jpegs, int w, int h, unsigned threads) {
+  const auto begin = Clock::now();
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      tjhandle tj = tjInitDecompress();
+      std::vector<uint8_t> rgb(size_t(w) * h * 3);
+      for (size_t i = t; i < jpegs.size(); i += threads) {
+        tjDecompress2(tj, jpegs[i].data(), jpegs[i].size(), rgb.data(), w, 0, h, TJPF_RGB, 0);
+      }
+      tjDestroy(tj);
+    });
+  }
+  for (auto& th : pool) th.join();
+  return double(jpegs.size()) / std::chrono::duration<double>(Clock::now() - begin).count();
+}
+
+int Run(int argc, char** argv) {
+  size_t images = 2048, batch = 256, rounds = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const size_t value = std::strtoull(argv[i + 1], nullptr, 10);
+    if (flag == "--images") images = value;
+    else if (flag == "--batch") batch = value;
+    else if (flag == "--rounds") rounds = value;
+  }
+  const int w = 500, h = 375;
+  std::vector<std::vector<uint8_t>> jpegs;
+  size_t encoded_bytes = 0;
+  for (size_t i = 0; i < images; ++i) {
+    jpegs.push_back(NoisyPhotoJpeg(w, h, uint32_t(i)));
+    encoded_bytes += jpegs.back().size();
+  }
+  std::printf("%zu JPEGs 500x375 q90 4:2:0, mean %.1f KiB; batch %zu, best of %zu rounds\n",
+              images, double(encoded_bytes) / images / 1024, batch, rounds);
+  const double cpu1 = CpuRate(jpegs, w, h, 1);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const double cpun = CpuRate(jpegs, w, h, cores);
+  std::printf("libjpeg-turbo, 1 thread: %.0f img/s; %u threads: %.0f img/s\n", cpu1, cores, cpun);
+  if (CudaDeviceCount() == 0) {
+    std::printf("no CUDA device: GPU rows skipped\n");
+    return 0;
+  }
+  Result<DeviceBuffer> out = DeviceBuffer::Allocate(size_t(w) * h * 3 * batch);
+  Result<CudaStream> stream = CudaStream::Create();
+  if (!out.ok() || !stream.ok()) {
+    std::fprintf(stderr, "CUDA setup failed\n");
+    return 1;
+  }
+  for (JpegBackend prefer : {JpegBackend::kHardware, JpegBackend::kGpuHybrid}) {
+    Result<std::unique_ptr<JpegDecoder>> d = JpegDecoder::Create(uint32_t(batch), prefer);
+    if (!d.ok()) {
+      std::printf("nvJPEG (%s): %s\n", JpegBackendName(prefer), d.status().ToString().c_str());
+      return 1;
+    }
+    if ((*d)->backend() != prefer) {
+      std::printf("nvJPEG: no %s backend on this GPU\n", JpegBackendName(prefer));
+      continue;
+    }
+    std::vector<uint8_t*> dst(batch);
+    std::vector<uint32_t> pitch(batch, uint32_t(w * 3));
+    for (size_t i = 0; i < batch; ++i) dst[i] = static_cast<uint8_t*>(out->data()) + i * w * h * 3;
+    double best = 0;
+    for (size_t r = 0; r < rounds; ++r) {
+      const auto begin = Clock::now();
+      for (size_t at = 0; at + batch <= jpegs.size(); at += batch) {
+        std::vector<std::span<const uint8_t>> part(jpegs.begin() + long(at),
+                                                   jpegs.begin() + long(at + batch));
+        if (Status s = (*d)->DecodeBatch(part, dst, pitch, stream->get()); !s.ok()) {
+          std::printf("decode failed: %s\n", s.ToString().c_str());
+          return 1;
+        }
+      }
+      if (Status s = stream->Synchronize(); !s.ok()) return 1;
+      const double secs = std::chrono::duration<double>(Clock::now() - begin).count();
+      best = std::max(best, double(jpegs.size() / batch * batch) / secs);
+    }
+    std::printf("nvJPEG %s: %.0f img/s (%.2fx libjpeg-turbo on %u threads)\n",
+                JpegBackendName(prefer), best, best / cpun, cores);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace carpool::gpu
+
+int main(int argc, char** argv) { return carpool::gpu::Run(argc, argv); }

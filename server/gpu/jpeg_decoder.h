@@ -1,0 +1,69 @@
+// JpegDecoder: batched JPEG decode on the GPU with nvJPEG, for GPU decode (issue 23, docs/gpu.md
+// "GPU decode"). The hardware backend (the JPEG engines of A100, H100, H200: the SMs stay free
+// for training) where the GPU has one, else the GPU-hybrid backend.
+//
+// libnvjpeg.so.13 is loaded at run time (dlopen), so a server built with GPU decode still starts
+// where the library is missing; Create then says so and the CPU path serves. The header comes
+// from PyPI's nvidia-nvjpeg wheel at build time (scripts/fetch_nvjpeg.sh); a build without it has
+// CARPOOL_HAVE_NVJPEG undefined and Create returns Unavailable.
+//
+// Thread-compatible: one decoder per thread or under its owner's lock. Every handle is RAII.
+#ifndef CARPOOL_SERVER_GPU_JPEG_DECODER_H_
+#define CARPOOL_SERVER_GPU_JPEG_DECODER_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "carpool/status.h"
+
+namespace carpool::gpu {
+
+enum class JpegBackend { kHardware, kGpuHybrid };
+const char* JpegBackendName(JpegBackend backend);
+
+// What the header says, and whether this decoder can take the stream; `why` names what it
+// cannot (progressive, lossless, CMYK, a sub-sampling the engines lack, not a JPEG at all).
+struct JpegFacts {
+  bool supported = false;
+  uint32_t width = 0, height = 0, components = 0;
+  std::string why;
+};
+
+class JpegDecoder {
+ public:
+  // On the current CUDA device: up to `max_batch` images per DecodeBatch. Unavailable naming the
+  // library (or the build) when nvJPEG cannot be used; `prefer` kGpuHybrid skips the engines.
+  static Result<std::unique_ptr<JpegDecoder>> Create(uint32_t max_batch,
+                                                     JpegBackend prefer = JpegBackend::kHardware);
+  ~JpegDecoder();
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
+
+  JpegBackend backend() const { return backend_; }
+  uint32_t max_batch() const { return max_batch_; }
+
+  // Parses the header only. O(header bytes).
+  JpegFacts Inspect(std::span<const uint8_t> encoded);
+  // Decodes `encoded` (each Inspect-ed as supported; at most max_batch()) into interleaved RGB
+  // on the device: out[i] holds width x height x 3 bytes with rows `pitch[i]` bytes apart.
+  // Enqueued on `stream` (the caller synchronizes). InvalidArgument for a damaged stream, naming
+  // nvJPEG's status; the batch is then all unusable, so callers retry its images one by one.
+  Status DecodeBatch(std::span<const std::span<const uint8_t>> encoded,
+                     std::span<uint8_t* const> out, std::span<const uint32_t> pitch,
+                     cudaStream_t stream);
+
+ private:
+  struct Impl;
+  explicit JpegDecoder(std::unique_ptr<Impl> impl, JpegBackend backend, uint32_t max_batch);
+  std::unique_ptr<Impl> impl_;
+  JpegBackend backend_;
+  uint32_t max_batch_;
+};
+
+}  // namespace carpool::gpu
+
+#endif  // CARPOOL_SERVER_GPU_JPEG_DECODER_H_
