@@ -139,12 +139,45 @@ def check_links(root):
     return errors
 
 
+# Python: the client package must not import the benchmarks or the examples, and the benchmarks
+# not the examples. Folder -> (its own top-level package, the packages of ours it may import).
+PY_LAYERS = {
+    "client/python/carpool": ("carpool", set()),
+    "bench": ("bench", {"carpool"}),
+    "examples": (None, {"carpool", "bench"}),
+}
+_OUR_PY = {"carpool", "bench", "examples"}
+_PY_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))", re.M)
+
+
+def check_python(root):
+    errors = []
+    for folder, (own, allowed) in PY_LAYERS.items():
+        for dirpath, _, files in os.walk(os.path.join(root, folder)):
+            for name in sorted(files):
+                if not name.endswith(".py"):
+                    continue
+                path = os.path.join(dirpath, name)
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+                for match in _PY_IMPORT.finditer(text):
+                    top = (match.group(1) or match.group(2)).split(".")[0]
+                    if top in _OUR_PY and top != own and top not in allowed:
+                        line = text.count("\n", 0, match.start()) + 1
+                        errors.append(
+                            f"{os.path.relpath(path, root)}:{line}: imports {top}, but {folder}/ "
+                            f"may import only {sorted(allowed) or 'itself'} of ours "
+                            f"(cmake/check_layers.py PY_LAYERS); move the code to the package "
+                            f"that may depend on {top}")
+    return errors
+
+
 def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
     root = os.path.abspath(argv[1])
-    errors = check_includes(root) + check_links(root)
+    errors = check_includes(root) + check_links(root) + check_python(root)
     for error in errors:
         print(f"layer violation: {error}", file=sys.stderr)
     return 1 if errors else 0

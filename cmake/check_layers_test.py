@@ -24,6 +24,10 @@ GOOD = {
     "client/CMakeLists.txt": ("add_library(carpool_client client.cc)\n"
                               "target_link_libraries(carpool_client PUBLIC carpool_protocol)\n"),
     "client/client.cc": '#include "carpool/client.h"\n#include "protocol/frame.h"\n',
+    # Python: a benchmark imports the client package, an example both.
+    "client/python/carpool/loader.py": "import numpy\nfrom carpool import _ffi\n",
+    "bench/gpu.py": "import carpool\nfrom bench import common\n",
+    "examples/sweep.py": "import carpool\nfrom bench import cache\n",
 }
 
 # name -> (files changed from GOOD, a phrase the error must contain)
@@ -40,6 +44,12 @@ BAD = {
         "carpool_control links no library of protocol/"),
     "server includes a simulator": (
         {"server/pool.cc": '#include "sim/sim.h"\n'}, 'includes "sim/sim.h"'),
+    "the client package imports the benchmarks": (
+        {"client/python/carpool/loader.py": "import numpy\nfrom bench import common\n"},
+        "imports bench, but client/python/carpool/"),
+    "a benchmark imports an example": (
+        {"bench/gpu.py": "import carpool\nimport examples.optuna_sweep\n"},
+        "imports examples, but bench/"),
     "client links the server": (
         {"client/CMakeLists.txt": ("add_library(carpool_client client.cc)\n"
                                    "target_link_libraries(carpool_client PUBLIC carpool_protocol\n"

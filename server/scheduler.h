@@ -5,20 +5,21 @@
 //
 // - Trigger: Tick runs rounds while some job that still has work has fewer than its prefetch
 //   depth of decided samples.
-// - Participation: every job with fewer than L (the look-ahead) decided samples takes part in
-//   each of those rounds; only jobs already at L are masked.
+// - Participation: every job with fewer than min(L, its dataset's size + 2 x its prefetch)
+//   decided samples takes part in each of those rounds (L the look-ahead): a job already at L, or
+//   an epoch of its own dataset ahead of its deliveries, is masked.
 // - Rates: each job's consumption rate is an exponentially weighted measure of its deliveries
 //   over the clock; before the first measurement a job is assumed as fast as the measured jobs.
 // - Reference counts: (jobs whose R holds the sample) + (decided-queue entries holding it). Every
 //   change goes to a RefCountSink: AddJob +1 per id, a decision 0 (R -> queue), a delivery -1, an
 //   epoch reset +1 per id, RemoveJob -1 per id left in R and per queue entry.
-// - Next use (cache::NextUseOracle): min over jobs of (position in its queue) / (its rate), and
-//   for a job that has not decided the sample yet, its expected position (uniform over R, or
-//   over the next epoch) / its rate.
+// - Next use (cache::NextUseOracle, the simulator's live oracle): min over jobs of (position in
+//   its queue) / (its rate), and for a job that has not decided the sample yet, its expected
+//   position (uniform over R, or over the next epoch) / its rate. The server's cache gets each
+//   decided sample's estimate pushed instead (RefCountSink::NextUseChanged) and never calls back.
 //
-// Thread-compatible: callers serialize access. When the scheduler is SampleCache's oracle and its
-// sink calls into that cache, always take the scheduler's lock before the cache's (the cache calls
-// NextUse with its own mutex held while evicting).
+// Thread-compatible: callers serialize access. Its sink's calls go down into the cache under the
+// caller's lock (the engine's, then the cache's).
 #ifndef CARPOOL_SERVER_SCHEDULER_H_
 #define CARPOOL_SERVER_SCHEDULER_H_
 
