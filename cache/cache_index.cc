@@ -42,15 +42,15 @@ CacheIndex::CacheIndex(const Options& options, const NextUseOracle* oracle)
 }
 
 void CacheIndex::Grow(uint32_t sample) {
-  if (sample < refcount_.size()) return;
-  size_t size = std::max<size_t>(static_cast<size_t>(sample) + 1, refcount_.size() * 3 / 2);
-  refcount_.resize(size, 0);
-  decided_.resize(size, 0);
-  node_of_.resize(size, kNone);
+  refcount_.Touch(sample);
+  decided_.Touch(sample);
+  node_of_.Touch(sample);
 }
 
-int32_t CacheIndex::NodeOf(uint32_t sample) const {
-  return sample < node_of_.size() ? node_of_[sample] : kNone;
+int32_t CacheIndex::NodeOf(uint32_t sample) const { return node_of_.Get(sample); }
+
+size_t CacheIndex::per_key_bytes() const {
+  return refcount_.allocated_bytes() + decided_.allocated_bytes() + node_of_.allocated_bytes();
 }
 
 CacheIndex::Key CacheIndex::KeyOf(int32_t node) const {
@@ -163,9 +163,7 @@ bool CacheIndex::AddDecided(uint32_t sample, int64_t delta) {
   return want >= 0;
 }
 
-uint32_t CacheIndex::RefCount(uint32_t sample) const {
-  return sample < refcount_.size() ? refcount_[sample] : 0;
-}
+uint32_t CacheIndex::RefCount(uint32_t sample) const { return refcount_.Get(sample); }
 
 std::optional<CacheIndex::Entry> CacheIndex::Lookup(uint32_t sample) {
   int32_t node = NodeOf(sample);

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/paged_vector.h"
 #include "carpool/status.h"
 
 namespace carpool::cache {
@@ -86,6 +87,8 @@ class CacheIndex {
   void AddRefs(std::span<const uint32_t> samples, int64_t delta);
   void SetRefCount(uint32_t sample, uint32_t count);
   uint32_t RefCount(uint32_t sample) const;
+  // Bytes of the per-key arrays: pages of 65,536 keys, allocated where keys are used. O(1).
+  size_t per_key_bytes() const;
   // Decided-queue entries holding the sample (the scheduler's AddDecided). refcnt and next-use
   // evict a sample no queue holds before any queued one: a decided sample is needed within the
   // look-ahead, an undecided one at a random point of an epoch. Clamped at 0 like AddRef. O(log n).
@@ -152,10 +155,10 @@ class CacheIndex {
 
   Options options_;
   const NextUseOracle* oracle_;
-  std::vector<uint32_t> refcount_;  // by sample id
-  std::vector<uint32_t> decided_;   // by sample id: decided-queue entries
-  uint64_t decided_entries_ = 0;    // cached samples with decided_ > 0
-  std::vector<int32_t> node_of_;    // by sample id; kNone when not cached
+  PagedVector<uint32_t> refcount_{0};  // by sample key
+  PagedVector<uint32_t> decided_{0};   // by sample key: decided-queue entries
+  uint64_t decided_entries_ = 0;       // cached samples with decided_ > 0
+  PagedVector<int32_t> node_of_{kNone};  // by sample key; kNone when not cached
   std::vector<Node> nodes_;
   std::vector<int32_t> free_nodes_;
   std::set<Key> order_;           // refcnt, next-use
