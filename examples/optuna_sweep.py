@@ -118,7 +118,8 @@ def objective(trial, args, test):
             ft.train_epoch(model, opt, loader)
             accuracy = ft.test_accuracy(model, test_split)
             trial.report(accuracy, epoch)
-            if trial.should_prune():
+            # After the last epoch there is nothing left to save: the trial completes.
+            if epoch + 1 < loader.epochs and trial.should_prune():
                 pruned_at = epoch
                 break
         else:
