@@ -112,11 +112,12 @@ Result<std::optional<ReceivedFrame>> FrameSocket::Receive(std::chrono::milliseco
   uint8_t header_bytes[protocol::kFrameHeaderBytes];
   Status s = ReadExactly(header_bytes, sizeof(header_bytes), fds);
   if (!s.ok()) return s;
-  auto header = protocol::DecodeFrameHeader(header_bytes);
+  auto header = protocol::DecodePeerFrameHeader(header_bytes);
   if (!header.ok()) return header.status();
   std::vector<uint8_t> payload(header->payload_bytes);
   s = ReadExactly(payload.data(), payload.size(), fds);
   if (!s.ok()) return s;
+  if (header->version != protocol::kProtocolVersion) return ForeignFrame(*header, payload);
   if (Status carried = protocol::CheckFrameFds(header->type, fds.size()); !carried.ok()) {
     return Status::Corruption(fmt::format("carpool server at {}: {}", path_, carried.message()));
   }
@@ -124,6 +125,20 @@ Result<std::optional<ReceivedFrame>> FrameSocket::Receive(std::chrono::milliseco
   if (!message.ok()) return message.status();
   UniqueFd fd = fds.empty() ? UniqueFd() : std::move(fds.front());
   return std::optional<ReceivedFrame>(ReceivedFrame{std::move(*message), std::move(fd)});
+}
+
+Status FrameSocket::ForeignFrame(const protocol::FrameHeader& header,
+                                 std::span<const uint8_t> payload) const {
+  // A server of an older protocol (up to 5) rejects our hello with an error in its own version;
+  // newer ones answer in ours, naming both versions themselves.
+  std::string message = protocol::VersionMismatchMessage(
+      protocol::DescribePeer(protocol::PackageVersion(), protocol::kProtocolVersion),
+      protocol::DescribePeer("", header.version), path_);
+  if (header.type == protocol::MessageType::kError) {
+    auto e = protocol::DecodeForeignError(payload);
+    if (e.ok()) message += fmt::format("; the server said: {}", e->message);
+  }
+  return Status::FailedPrecondition(std::move(message));
 }
 
 Result<ReceivedFrame> FrameSocket::Call(const protocol::Message& request,

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ class FrameSocket {
 
  private:
   FrameSocket(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  // The Status for a frame of another protocol version (a hello or an error): a version mismatch
+  // naming both sides.
+  Status ForeignFrame(const protocol::FrameHeader& header, std::span<const uint8_t> payload) const;
   // Reads n bytes; descriptors that came with them are appended to `fds`.
   Status ReadExactly(uint8_t* data, size_t n, std::vector<UniqueFd>& fds);
 

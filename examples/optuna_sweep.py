@@ -118,7 +118,8 @@ def objective(trial, args, test):
             ft.train_epoch(model, opt, loader)
             accuracy = ft.test_accuracy(model, test_split)
             trial.report(accuracy, epoch)
-            if trial.should_prune():
+            # After the last epoch there is nothing left to save: the trial completes.
+            if epoch + 1 < loader.epochs and trial.should_prune():
                 pruned_at = epoch
                 break
         else:
@@ -221,11 +222,52 @@ def run_sweep(args, work):
             recorder.send_signal(signal.SIGINT)
             recorder.wait()
             print(f"status series in {args.record}; draw it with 'carpool report {args.record}'")
+            sharing_bound(args.record, {subset_name(args.prefix, args.base, c): (k, c)
+                                        for k, c in SUBSETS.items()})
         if failed:
             raise SystemExit(f"optuna_sweep.py: {len(failed)} worker(s) failed (output above)")
         stats = carpool.server_stats(socket=server.socket)
     report(optuna.load_study(study_name=args.study, storage=storage(args.journal)), stats,
            time.monotonic() - t0)
+
+
+def sharing_bound(record, subsets, windows=(1, 5)):
+    """Prints each job of a --record series (its subset, when it ran, its epochs) and the highest
+    sharing ratio any server could reach with these jobs at these times and paces: within each
+    window of W seconds, a class's samples prepared once for all the jobs reading that class, at
+    the pace of the fastest (a job reads a class at its rate times the class's share of its
+    dataset). A cache that keeps samples longer than W seconds could do better; 10% of the
+    prepared set holds about 1-2 s of this sweep's deliveries."""
+    with open(record) as f:  # a last line cut short by the recorder's stop is left out
+        records = [json.loads(line) for line in f if line.rstrip().endswith("}")]
+    jobs = {}  # id -> {"subset", "classes", "series": [(seconds, deliveries)]}
+    for r in records:
+        for j in r["status"]["jobs"]:
+            if j["dataset"] in subsets:
+                job = jobs.setdefault(j["id"], {"subset": subsets[j["dataset"]][0],
+                                                "classes": subsets[j["dataset"]][1], "series": []})
+                job["series"].append((r["elapsed_s"], j["deliveries"]))
+    for jid, job in sorted(jobs.items()):
+        (t0, _), (t1, n) = job["series"][0], job["series"][-1]
+        print(f"  job {jid}: {job['subset']} ({len(job['classes'])} classes) from {t0:.0f} s to "
+              f"{t1:.0f} s, {n} deliveries")
+    delivered = sum(job["series"][-1][1] for job in jobs.values())
+    for w in windows:
+        window = {}  # (window index, job) -> deliveries in it
+        for job_id, job in jobs.items():
+            last = 0
+            for t, n in job["series"]:
+                key = (int(t // w), job_id)
+                window[key] = window.get(key, 0) + n - last
+                last = n
+        need = 0.0
+        for b in {b for b, _ in window}:
+            for c in range(10):
+                need += max([n / len(jobs[j]["classes"]) for (bb, j), n in window.items()
+                             if bb == b and c in jobs[j]["classes"]] or [0])
+        print(f"sharing bound, {w} s windows: " + (
+            f"these jobs at these times could share at most {delivered / need:.2f} (deliveries "
+            "per preparation)" if need else "none (the series saw no deliveries)"))
 
 
 def report(study, stats, seconds):

@@ -60,9 +60,10 @@ class Reader {
   void Fail(std::string message) {
     if (status_.ok()) status_ = Status::InvalidArgument(std::move(message));
   }
-  // OK only if every read succeeded and every byte was consumed.
-  Status Finish(MessageType type) {
-    if (status_.ok() && pos_ != bytes_.size()) {
+  size_t remaining() const { return bytes_.size() - pos_; }
+  // OK only if every read succeeded and every byte was consumed (or `allow_trailing`).
+  Status Finish(MessageType type, bool allow_trailing = false) {
+    if (status_.ok() && pos_ != bytes_.size() && !allow_trailing) {
       Fail(fmt::format("{} payload has {} trailing bytes", MessageTypeName(type),
                        bytes_.size() - pos_));
     }
@@ -92,10 +93,12 @@ class Reader {
 void Put(Writer& w, const Hello& m) {
   w.Int(m.pid);
   w.Str(m.client_name);
+  w.Str(m.version);
 }
 void Get(Reader& r, Hello& m) {
   m.pid = r.Int<uint32_t>("pid");
   m.client_name = r.Str("client_name", kMaxMessageBytes);
+  m.version = r.Str("version", kMaxNameBytes);
 }
 
 void Put(Writer& w, const HelloReply& m) {
@@ -104,6 +107,7 @@ void Put(Writer& w, const HelloReply& m) {
   w.Int(m.max_payload_bytes);
   w.Int(m.max_batch_size);
   w.Int(m.max_prefetch);
+  w.Str(m.server_version);
 }
 void Get(Reader& r, HelloReply& m) {
   m.server_instance = r.Str("server_instance", kMaxNameBytes);
@@ -111,6 +115,7 @@ void Get(Reader& r, HelloReply& m) {
   m.max_payload_bytes = r.Int<uint32_t>("max_payload_bytes");
   m.max_batch_size = r.Int<uint32_t>("max_batch_size");
   m.max_prefetch = r.Int<uint32_t>("max_prefetch");
+  m.server_version = r.Str("server_version", kMaxNameBytes);
   if (m.lease_ms == 0) r.Fail("lease_ms is 0, expected a positive lease");
 }
 
@@ -387,7 +392,9 @@ static_assert(std::variant_size_v<Message> == kMaxMessageType);
 static_assert(std::is_same_v<std::variant_alternative_t<4, Message>, BatchReady>);
 static_assert(std::is_same_v<std::variant_alternative_t<11, Message>, Bye>);
 
-Result<FrameHeader> DecodeFrameHeader(std::span<const uint8_t> bytes) {
+namespace {
+
+Result<FrameHeader> DecodeHeader(std::span<const uint8_t> bytes, bool any_version) {
   if (bytes.size() < kFrameHeaderBytes) {
     return Status::InvalidArgument(fmt::format("frame header is {} bytes, expected {}",
                                                bytes.size(), kFrameHeaderBytes));
@@ -402,7 +409,9 @@ Result<FrameHeader> DecodeFrameHeader(std::span<const uint8_t> bytes) {
         "bad frame magic 0x{:08x}, expected 0x{:08x}; is the peer a carpool endpoint?", magic,
         kFrameMagic));
   }
-  if (version != kProtocolVersion) {
+  bool foreign_ok = any_version && (type == static_cast<uint16_t>(MessageType::kHello) ||
+                                    type == static_cast<uint16_t>(MessageType::kError));
+  if (version != kProtocolVersion && !foreign_ok) {
     return Status::InvalidArgument(fmt::format(
         "protocol version {} is not supported (this side speaks {}); use matching client and "
         "server builds",
@@ -416,7 +425,60 @@ Result<FrameHeader> DecodeFrameHeader(std::span<const uint8_t> bytes) {
     return Status::InvalidArgument(
         fmt::format("frame payload of {} bytes exceeds the limit of {}", length, kMaxPayloadBytes));
   }
-  return FrameHeader{static_cast<MessageType>(type), length};
+  return FrameHeader{static_cast<MessageType>(type), length, version};
+}
+
+}  // namespace
+
+Result<FrameHeader> DecodeFrameHeader(std::span<const uint8_t> bytes) {
+  return DecodeHeader(bytes, false);
+}
+
+Result<FrameHeader> DecodePeerFrameHeader(std::span<const uint8_t> bytes) {
+  return DecodeHeader(bytes, true);
+}
+
+std::string_view PackageVersion() { return CARPOOL_PACKAGE_VERSION; }
+
+std::string DescribePeer(std::string_view package, uint16_t version) {
+  std::string name(package);
+  if (name.empty()) name = version <= kLastUnnamedProtocol ? "0.1.0" : "of an unknown version";
+  return fmt::format("carpool {} (protocol {})", name, version);
+}
+
+std::string VersionMismatchMessage(std::string_view client, std::string_view server,
+                                   std::string_view server_at) {
+  return fmt::format(
+      "carpool versions differ: the client is {}, the server{}{} is {}; install the same carpool "
+      "version on both sides (one wheel or build for the server and the training environment), "
+      "or restart the server from the client's install (`carpool server`)",
+      client, server_at.empty() ? "" : " at ", server_at, server);
+}
+
+Result<Hello> DecodeForeignHello(std::span<const uint8_t> payload) {
+  Reader r(payload);
+  Hello m;
+  m.pid = r.Int<uint32_t>("pid");
+  m.client_name = r.Str("client_name", kMaxMessageBytes);
+  // Protocols up to 5 end here; from 6 on the version follows (and maybe more, ignored).
+  m.version = r.remaining() > 0 ? r.Str("version", kMaxNameBytes) : std::string();
+  Status s = r.Finish(MessageType::kHello, /*allow_trailing=*/true);
+  if (!s.ok()) return s;
+  return m;
+}
+
+Result<Error> DecodeForeignError(std::span<const uint8_t> payload) {
+  auto m = DecodePayload(MessageType::kError, payload);
+  if (!m.ok()) return m.status();
+  return std::get<Error>(*m);
+}
+
+Result<std::vector<uint8_t>> EncodeErrorFor(uint16_t version, const Error& error) {
+  auto frame = EncodeFrame(error);
+  if (!frame.ok()) return frame.status();
+  (*frame)[4] = static_cast<uint8_t>(version);
+  (*frame)[5] = static_cast<uint8_t>(version >> 8);
+  return frame;
 }
 
 Result<Message> DecodePayload(MessageType type, std::span<const uint8_t> payload) {

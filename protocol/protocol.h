@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -23,8 +24,12 @@ namespace carpool::protocol {
 
 inline constexpr uint32_t kFrameMagic = 0x4C505243;  // "CRPL" as little-endian bytes
 // 2: device batch slots (CUDA IPC); 3: data-parallel ranks (CreateJob job_key, rank, world_size);
-// 4: resume positions; 5: job-info carries its batch segment as a memfd (segment_fd.h)
-inline constexpr uint16_t kProtocolVersion = 5;
+// 4: resume positions; 5: job-info carries its batch segment as a memfd (segment_fd.h);
+// 6: hello and hello-reply carry the package version, and a peer of another protocol version is
+// answered with an error frame in its own version naming both (docs/protocol.md, "Versions")
+inline constexpr uint16_t kProtocolVersion = 6;
+// Protocols 1..kLastUnnamedProtocol did not say their package version; all were carpool 0.1.0.
+inline constexpr uint16_t kLastUnnamedProtocol = 5;
 inline constexpr uint32_t kMaxWorldSize = 4096;
 inline constexpr size_t kFrameHeaderBytes = 12;
 inline constexpr uint32_t kMaxPayloadBytes = 1u << 20;  // 1 MiB; larger frames are rejected
@@ -53,9 +58,22 @@ inline constexpr uint16_t kMaxMessageType = 12;
 
 std::string_view MessageTypeName(MessageType type);
 
+// This build's package version (CMake's PROJECT_VERSION), e.g. "0.1.0".
+std::string_view PackageVersion();
+// What a peer of protocol `version` is: "carpool 0.1.0 (protocol 5)". `package` is the version the
+// peer said; empty: known only for protocols up to kLastUnnamedProtocol (0.1.0), else "unknown".
+std::string DescribePeer(std::string_view package, uint16_t version);
+// The error both sides give when the protocol versions differ: names both package and protocol
+// versions (DescribePeer) and what to do. `server_at`: the server's socket, where known.
+std::string VersionMismatchMessage(std::string_view client, std::string_view server,
+                                   std::string_view server_at = {});
+
+// Its first three fields (pid, client_name, version) stay in this order in every protocol version
+// from 6 on, so that a server of another version can name the client (DecodeForeignHello).
 struct Hello {
   uint32_t pid = 0;
   std::string client_name;
+  std::string version{PackageVersion()};  // the client's package version; since protocol 6
   bool operator==(const Hello&) const = default;
 };
 
@@ -65,6 +83,7 @@ struct HelloReply {
   uint32_t max_payload_bytes = 0;
   uint32_t max_batch_size = 0;
   uint32_t max_prefetch = 0;
+  std::string server_version{PackageVersion()};  // the server's package version; since protocol 6
   bool operator==(const HelloReply&) const = default;
 };
 
@@ -191,11 +210,24 @@ MessageType TypeOf(const Message& message);
 struct FrameHeader {
   MessageType type = MessageType::kHeartbeat;
   uint32_t payload_bytes = 0;
+  uint16_t version = kProtocolVersion;
 };
 
 // Validates magic, version, type range and payload length (<= kMaxPayloadBytes).
 // REQUIRES: bytes.size() >= kFrameHeaderBytes, else InvalidArgument.
 Result<FrameHeader> DecodeFrameHeader(std::span<const uint8_t> bytes);
+// The same, but a hello or an error frame of another protocol version is accepted (header.version
+// says which): every version keeps their leading fields, so that each side can name the other's
+// version (DecodeForeignHello, DecodeForeignError) instead of only rejecting the frame.
+Result<FrameHeader> DecodePeerFrameHeader(std::span<const uint8_t> bytes);
+
+// A hello payload of protocol `version` != kProtocolVersion: its pid and client name, and its
+// version when the protocol has one (6 on; empty before). Fields after those are ignored.
+Result<Hello> DecodeForeignHello(std::span<const uint8_t> payload);
+// An error payload of any protocol version (code, message: the same in every version).
+Result<Error> DecodeForeignError(std::span<const uint8_t> payload);
+// An error frame that a peer of protocol `version` decodes: its header says that version.
+Result<std::vector<uint8_t>> EncodeErrorFor(uint16_t version, const Error& error);
 
 // Decodes one payload of the given type; the payload must be consumed exactly.
 Result<Message> DecodePayload(MessageType type, std::span<const uint8_t> payload);

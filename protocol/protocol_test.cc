@@ -1,6 +1,7 @@
 #include "protocol/protocol.h"
 #include "protocol/id_set.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -101,7 +102,7 @@ TEST(ProtocolTest, EveryMessageRoundTrips) {
 TEST(ProtocolTest, HeaderIsLittleEndian) {
   auto frame = EncodeFrame(Release{1, 2, 3});
   ASSERT_TRUE(frame.ok());
-  const std::vector<uint8_t> expected = {'C', 'R', 'P', 'L', 5, 0, 6, 0, 20, 0, 0, 0};
+  const std::vector<uint8_t> expected = {'C', 'R', 'P', 'L', kProtocolVersion, 0, 6, 0, 20, 0, 0, 0};
   EXPECT_EQ(std::vector<uint8_t>(frame->begin(), frame->begin() + 12), expected);
   EXPECT_EQ((*frame)[12], 1);  // job_id low byte first
 }
@@ -235,6 +236,74 @@ TEST(ProtocolTest, RejectsOutOfRangeFields) {
   std::vector<uint8_t> hello = *EncodeFrame(Hello{1, "abc"});
   hello[16] = 200;
   ExpectRejected(hello, "truncated");
+}
+
+// A hello as protocol `version` lays it out: pid, client name, then (6 on) the package version
+// and whatever later versions add.
+std::vector<uint8_t> ForeignHelloFrame(uint16_t version, const std::string& tail) {
+  std::vector<uint8_t> frame = *EncodeFrame(Hello{7, "old", ""});
+  frame.resize(frame.size() - 4);  // drop the empty version string: protocol 5's layout
+  frame.insert(frame.end(), tail.begin(), tail.end());
+  frame[4] = static_cast<uint8_t>(version);
+  frame[5] = static_cast<uint8_t>(version >> 8);
+  uint32_t payload = static_cast<uint32_t>(frame.size() - kFrameHeaderBytes);
+  for (size_t i = 0; i < 4; ++i) frame[8 + i] = static_cast<uint8_t>(payload >> (8 * i));
+  return frame;
+}
+
+TEST(ProtocolTest, HelloOfAnotherVersionIsReadForItsVersion) {
+  EXPECT_EQ(Hello{}.version, PackageVersion());
+  EXPECT_EQ(HelloReply{}.server_version, PackageVersion());
+  // Protocol 5: pid and name only. The strict decoder refuses it, the peer decoder reads it.
+  std::vector<uint8_t> v5 = ForeignHelloFrame(5, "");
+  ExpectRejected(v5, "protocol version 5 is not supported");
+  auto header = DecodePeerFrameHeader(v5);
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  EXPECT_EQ(header->version, 5);
+  EXPECT_EQ(header->type, MessageType::kHello);
+  auto hello = DecodeForeignHello(std::span<const uint8_t>(v5).subspan(kFrameHeaderBytes));
+  ASSERT_TRUE(hello.ok()) << hello.status().ToString();
+  EXPECT_EQ(hello->pid, 7u);
+  EXPECT_EQ(hello->client_name, "old");
+  EXPECT_EQ(hello->version, "");
+  EXPECT_EQ(DescribePeer(hello->version, header->version), "carpool 0.1.0 (protocol 5)");
+  // A later protocol: its version string, then fields this build does not know (ignored).
+  std::string tail = std::string("\x05\0\0\0", 4) + "9.1.0" + "more fields";
+  std::vector<uint8_t> v9 = ForeignHelloFrame(9, tail);
+  hello = DecodeForeignHello(std::span<const uint8_t>(v9).subspan(kFrameHeaderBytes));
+  ASSERT_TRUE(hello.ok()) << hello.status().ToString();
+  EXPECT_EQ(hello->version, "9.1.0");
+  EXPECT_EQ(DescribePeer(hello->version, 9), "carpool 9.1.0 (protocol 9)");
+  EXPECT_EQ(DescribePeer("", 9), "carpool of an unknown version (protocol 9)");
+  // A truncated version string is still an error.
+  std::vector<uint8_t> cut = ForeignHelloFrame(9, tail.substr(0, 6));
+  EXPECT_FALSE(DecodeForeignHello(std::span<const uint8_t>(cut).subspan(kFrameHeaderBytes)).ok());
+  // Frames other than hello and error of another version stay refused.
+  std::vector<uint8_t> beat = *EncodeFrame(Heartbeat{});
+  beat[4] = 5;
+  EXPECT_FALSE(DecodePeerFrameHeader(beat).ok());
+}
+
+TEST(ProtocolTest, ErrorForAPeerOfAnotherVersionNamesBothVersions) {
+  std::string message = VersionMismatchMessage(DescribePeer("", 5),
+                                               DescribePeer(PackageVersion(), kProtocolVersion));
+  EXPECT_NE(message.find("the client is carpool 0.1.0 (protocol 5)"), std::string::npos) << message;
+  EXPECT_NE(message.find(fmt::format("the server is carpool {} (protocol {})", PackageVersion(),
+                                     kProtocolVersion)),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("install the same carpool version on both sides"), std::string::npos);
+  auto frame = EncodeErrorFor(5, Error{StatusCode::kFailedPrecondition, message});
+  ASSERT_TRUE(frame.ok());
+  EXPECT_EQ((*frame)[4], 5);  // a protocol-5 client's strict decoder accepts the header
+  EXPECT_EQ((*frame)[5], 0);
+  auto header = DecodePeerFrameHeader(*frame);
+  ASSERT_TRUE(header.ok());
+  EXPECT_EQ(header->type, MessageType::kError);
+  auto error = DecodeForeignError(std::span<const uint8_t>(*frame).subspan(kFrameHeaderBytes));
+  ASSERT_TRUE(error.ok());
+  EXPECT_EQ(error->code, StatusCode::kFailedPrecondition);
+  EXPECT_EQ(error->message, message);
 }
 
 TEST(ProtocolTest, RejectsOversizedMessages) {

@@ -1,8 +1,8 @@
 #!/bin/bash
 # On a GPU node: installs the platform wheel (scripts/wheel.sh) alone into a venv over the node's
 # own torch, with no CARPOOL_* variables set, and runs a 2-epoch cuda:0 job on 2,000 generated
-# JPEGs. Usage (carry the folder to the node): scripts/wheel_gpu_check.sh DIR, where DIR holds
-# carpool-*.whl and, for a node whose torch comes without numpy, deps/numpy-*.whl.
+# JPEGs, and a CPU job. Usage (carry the folder to the node): scripts/wheel_gpu_check.sh DIR, where
+# DIR holds carpool-*.whl and, optionally, deps/numpy-*.whl (installed where numpy is missing).
 set -euo pipefail
 DIR=${1:?usage: scripts/wheel_gpu_check.sh DIR (holding carpool-*.whl)}
 W=$(ls "$DIR"/carpool-*.whl)
@@ -12,8 +12,12 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 python3 -m venv /tmp/v
 python3 -c "import site; print(site.getsitepackages()[0])" > /tmp/v/lib/python3.12/site-packages/node-torch.pth
 /tmp/v/bin/pip install --no-index --no-deps "$W" 2>&1 | tail -1
-# This node's torch comes without numpy, which carpool's Loader needs: numpy's own wheel, carried.
-/tmp/v/bin/python -c "import numpy" 2>/dev/null || /tmp/v/bin/pip install --no-index --no-deps "$DIR"/deps/numpy-*.whl 2>&1 | tail -1
+# This node's torch comes without numpy. The Loader works with torch alone; numpy's own wheel is
+# installed only where DIR carries one (deps/numpy-*.whl), to check the numpy path there too.
+if ! /tmp/v/bin/python -c "import numpy" 2>/dev/null && ls "$DIR"/deps/numpy-*.whl >/dev/null 2>&1; then
+  /tmp/v/bin/pip install --no-index --no-deps "$DIR"/deps/numpy-*.whl 2>&1 | tail -1
+fi
+/tmp/v/bin/python -c "import numpy; print('numpy', numpy.__version__)" 2>/dev/null || echo "no numpy: the Loader runs on torch alone"
 export PATH=/tmp/v/bin:$PATH
 which carpool; carpool --version || true
 env | grep ^CARPOOL_ || echo "no CARPOOL_ variables"
@@ -38,6 +42,16 @@ with carpool.Loader("img", batch_size=128, epochs=2, device="cuda:0",
     dt = time.time() - t0
     print(f"cuda:0 job: {n} samples in {dt:.2f} s = {n/dt:.0f} img/s, images {tuple(images.shape)} {images.dtype} on {images.device}, distinct ids {len(seen)}")
     print("stats:", {k: v for k, v in carpool.server_stats(state_dir="/tmp/st").items() if k in ("preparations", "deliveries", "sharing_ratio", "jobs")})
+with carpool.Loader("img", batch_size=64, transform="center_crop(64)|float16|nchw",
+                    state_dir="/tmp/st") as loader:
+    seen = []
+    for images, labels in loader:
+        assert images.device.type == "cpu" and images.data_ptr() == loader._images_address
+        seen += loader.ids.tolist()
+    print(f"cpu job: {len(seen)} samples, {len(set(seen))} distinct, images {tuple(images.shape)} "
+          f"{images.dtype}, labels {labels.dtype}, ids {type(loader.ids).__module__}")
+import sys
+print("numpy imported:", "numpy" in sys.modules)
 PY
 kill $S; wait $S || true
 tail -3 /tmp/server.log

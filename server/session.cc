@@ -65,23 +65,24 @@ void Session::ReadHeader() {
                        return;
                      }
                      self->last_heard_ = Clock::now();
-                     auto header = protocol::DecodeFrameHeader(self->header_);
+                     auto header = protocol::DecodePeerFrameHeader(self->header_);
                      if (!header.ok()) return self->Reject(header.status());
-                     self->ReadPayload(header->type, header->payload_bytes);
+                     self->ReadPayload(*header);
                    });
 }
 
-void Session::ReadPayload(protocol::MessageType type, uint32_t bytes) {
-  payload_.resize(bytes);  // bytes <= kMaxPayloadBytes, checked by DecodeFrameHeader
+void Session::ReadPayload(const protocol::FrameHeader& header) {
+  payload_.resize(header.payload_bytes);  // <= kMaxPayloadBytes, checked by the header's decoder
   asio::async_read(
       socket_, asio::buffer(payload_),
-      [self = shared_from_this(), type](const boost::system::error_code& ec, size_t) {
+      [self = shared_from_this(), header](const boost::system::error_code& ec, size_t) {
         if (self->closed_) return;
         if (ec) {
           self->Close("connection lost inside a frame: " + ec.message());
           return;
         }
-        auto message = protocol::DecodePayload(type, self->payload_);
+        if (header.version != protocol::kProtocolVersion) return self->RefuseForeign(header);
+        auto message = protocol::DecodePayload(header.type, self->payload_);
         if (!message.ok()) return self->Reject(message.status());
         self->Dispatch(std::move(*message));
         // Time spent in the server's own handler (e.g. loading a large dataset) is not client
@@ -100,10 +101,11 @@ void Session::Dispatch(protocol::Message message) {
   if (auto* hello = std::get_if<Hello>(&message)) {
     if (said_hello_) return Reject(Status::InvalidArgument("a second hello on one connection"));
     said_hello_ = true;
-    log::Debug("session: hello from pid {} ({})", hello->pid, hello->client_name);
+    log::Debug("session: hello from pid {} ({}, carpool {})", hello->pid, hello->client_name,
+               hello->version);
     const ControlPlaneOptions& o = plane_.options();
     return Reply(HelloReply{o.instance, static_cast<uint32_t>(o.lease.count()), kMaxPayloadBytes,
-                            o.max_batch_size, o.max_prefetch});
+                            o.max_batch_size, o.max_prefetch, std::string(PackageVersion())});
   }
   if (auto* create = std::get_if<CreateJob>(&message)) return OnCreateJob(*create);
   if (auto* release = std::get_if<Release>(&message)) return OnRelease(*release);
@@ -237,6 +239,27 @@ void Session::Reject(const Status& status) {
   Reply(protocol::Error{status.code(), status.message()});
   closing_ = true;
   if (!writing_) Close("protocol violation");
+}
+
+void Session::RefuseForeign(const protocol::FrameHeader& header) {
+  using namespace protocol;
+  std::string client = DescribePeer("", header.version);
+  uint32_t pid = 0;
+  if (header.type == MessageType::kHello) {
+    auto hello = DecodeForeignHello(payload_);
+    if (hello.ok()) {
+      client = DescribePeer(hello->version, header.version);
+      pid = hello->pid;
+    }
+  }
+  std::string message = VersionMismatchMessage(client, DescribePeer(PackageVersion(),
+                                                                    kProtocolVersion));
+  log::Warn("refusing a client (pid {}) of another version: {}", pid, message);
+  // In the client's protocol version, so that the client decodes it and shows the message.
+  auto frame = EncodeErrorFor(header.version, Error{StatusCode::kFailedPrecondition, message});
+  if (frame.ok()) QueueFrame(std::move(*frame), {});
+  closing_ = true;
+  if (!writing_) Close("client of another protocol version");
 }
 
 void Session::Reply(const protocol::Message& message, UniqueFd fd) {

@@ -39,7 +39,10 @@ class Session : public JobSink, public std::enable_shared_from_this<Session> {
 
  private:
   void ReadHeader();
-  void ReadPayload(protocol::MessageType type, uint32_t bytes);
+  void ReadPayload(const protocol::FrameHeader& header);
+  // A frame of another protocol version (a hello, or an error): answers with an error in that
+  // version naming both sides' versions, then closes.
+  void RefuseForeign(const protocol::FrameHeader& header);
   void Dispatch(protocol::Message message);
   void OnCreateJob(const protocol::CreateJob& request);
   // Back on the io thread once the service created the job (off the io thread).

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "protocol/protocol.h"
 #include "tools/command.h"
 
 namespace carpool::tools {
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (name == "--version" || name == "version") {
-    fmt::print("carpool {}\n", CARPOOL_VERSION);
+    fmt::print("carpool {} (protocol {})\n", CARPOOL_VERSION, carpool::protocol::kProtocolVersion);
     return 0;
   }
   for (const auto& c : Commands()) {

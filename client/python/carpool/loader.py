@@ -5,14 +5,14 @@ from __future__ import annotations
 import atexit
 import ctypes
 import json
+import math
 import os
 import pathlib
 import queue
+import sys
 import threading
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
-
-import numpy as np
 
 from . import _args, _ffi
 from ._ffi import CarpoolError, InvalidArgumentError
@@ -21,11 +21,17 @@ try:  # torch is optional: without it the loader yields numpy arrays
     import torch
 except ImportError:  # pragma: no cover - depends on the interpreter
     torch = None
+try:  # numpy is optional where torch is there (a GPU node's torch environment may have none):
+    import numpy as np  # the loader then yields torch tensors over the slots (torch.frombuffer)
+except ImportError:  # pragma: no cover - depends on the interpreter
+    np = None  # type: ignore[assignment]
 
-_NP_DTYPES = {1: np.uint8, 2: np.float16, 3: np.float32}
+# The server's dtype codes: (name in numpy and torch, bytes per element, array-interface typestr).
+_DTYPES = {1: ("uint8", 1, "|u1"), 2: ("float16", 2, "<f2"), 3: ("float32", 4, "<f4")}
 
 
 PathLike = Union[str, "os.PathLike[str]"]
+_BOOLS = (bool,) if np is None else (bool, np.bool_)
 
 
 def _json_object(text: str) -> Dict[str, Any]:
@@ -105,19 +111,51 @@ class _BatchMemory:
         self.address: int = lib.carpool_batch_images(handle) or 0
         self.nbytes: int = lib.carpool_batch_image_bytes(handle)
 
-    def array(self, np_dtype: Any) -> np.ndarray:
-        expected = int(np.prod(self.shape, dtype=np.int64)) * np.dtype(np_dtype).itemsize
+    def _check_bytes(self, code: int) -> int:
+        name, itemsize, _ = _DTYPES[code]
+        expected = math.prod(self.shape) * itemsize
         if expected != self.nbytes:
             raise CarpoolError(f"batch images are {self.nbytes} bytes, but shape {self.shape} of "
-                               f"{np.dtype(np_dtype).name} needs {expected}", 5)
+                               f"{name} needs {expected}", 5)
+        return expected
+
+    def array(self, code: int) -> Any:
+        """The images as a numpy array over the slot."""
+        expected = self._check_bytes(code)
         # Writable: the slot is this job's alone (in-place ops are common in training code).
         self.__array_interface__ = {
-            "shape": self.shape, "typestr": np.dtype(np_dtype).str,
+            "shape": self.shape, "typestr": _DTYPES[code][2],
             "data": (self.address if expected else 0, False), "version": 3,
         }
         if expected == 0:
-            return np.empty(self.shape, dtype=np_dtype)
+            return np.empty(self.shape, dtype=_DTYPES[code][0])
         return np.asarray(self)
+
+    def tensor(self, code: int) -> Any:
+        """The images as a torch tensor over the slot, without numpy (torch.frombuffer)."""
+        expected = self._check_bytes(code)
+        dtype = getattr(torch, _DTYPES[code][0])
+        if expected == 0:
+            return torch.empty(self.shape, dtype=dtype)
+        buffer = (ctypes.c_uint8 * expected).from_address(self.address)  # writable, like array()
+        buffer._batch = self  # type: ignore[attr-defined]  # the tensor keeps the buffer, it this
+        return torch.frombuffer(buffer, dtype=dtype).view(self.shape)
+
+
+def _ints(pointer: Any, n: int, ids: bool) -> Any:
+    """A copy of a batch's n sample ids (uint32) or labels (int32, as int64): numpy arrays where
+    numpy is importable, else torch int64 tensors (torch has no uint32 before 2.3)."""
+    if np is not None:
+        if n == 0:
+            return np.empty(0, np.uint32 if ids else np.int64)
+        values = np.ctypeslib.as_array(pointer, (n,))
+        return values.copy() if ids else values.astype(np.int64)
+    if n == 0:
+        return torch.empty(0, dtype=torch.int64)
+    address = ctypes.cast(pointer, ctypes.c_void_p).value
+    values = torch.frombuffer((ctypes.c_int32 * n).from_address(address), dtype=torch.int32)
+    values = values.to(torch.int64)  # a copy
+    return values & 0xFFFFFFFF if ids else values
 
     def __del__(self) -> None:
         if self.handle:
@@ -299,20 +337,22 @@ class Loader:
     a break there) has finished the epoch, and the next pass starts the next one. After the last
     epoch a pass yields nothing. A batch of 0 samples (all unreadable) is skipped, not yielded.
 
-    images: a torch tensor when torch is importable, else a numpy array, of shape
+    images: a torch tensor when torch is importable (over the slot by numpy, or by torch.frombuffer
+    where numpy is missing), else a numpy array, of shape
     [B, C, H, W] (nchw) or [B, H, W, C] (nhwc) and the transform's dtype (docs/transforms.md).
     It is a ZERO-COPY, WRITABLE view of the batch's shared-memory slot, valid only until the next
     step of the loader: the slot is handed back to the server then and filled with a later batch.
     Keep data beyond that with `images.clone()` (torch) or `images.copy()` (numpy); `images.to(...)`
     to another device or dtype copies too. labels: int64, one per image (a small copy).
 
-    loader.ids: the current batch's sample ids (numpy uint32, a copy); loader.epoch and
-    loader.batch_index say where the current batch sits. loader.stats(): this job's statistics
-    from the server (dict). Failures raise carpool.CarpoolError with the server's message, e.g.
-    for an unknown dataset at construction; a server that dies fails the next step within
-    `timeout` seconds (code 8, Unavailable), and a job the server fails (e.g. a sample its
-    transform cannot shape) fails the step with the server's reason. Bad arguments raise
-    ValueError or TypeError before the server is asked. close() (or `with`) ends the job at once.
+    loader.ids: the current batch's sample ids (numpy uint32, a copy; torch int64 without numpy);
+    loader.epoch and loader.batch_index say where the current batch sits. loader.stats(): this
+    job's statistics from the server (dict). Failures raise carpool.CarpoolError with the
+    server's message, e.g. for an unknown dataset at construction; a server that dies fails the
+    next step within `timeout` seconds (code 8, Unavailable), and a job the server fails (e.g. a
+    sample its transform cannot shape) fails the step with the server's reason. Bad arguments
+    raise ValueError or TypeError before the server is asked. close() (or `with`) ends the job
+    at once.
 
     device: "cpu" (default) or "cuda:N" (needs torch with CUDA, and a server started with
     --gpus N). On a GPU the server builds the batch in its own device memory, mapped into this
@@ -362,7 +402,7 @@ class Loader:
             _args.optional_path("state_dir", state_dir)
         job_key = _args.optional_text("job_key", job_key)
         for name, value in (("drop_last", drop_last), ("as_numpy", as_numpy)):
-            if value is not None and not isinstance(value, (bool, np.bool_)):
+            if value is not None and not isinstance(value, _BOOLS):
                 raise TypeError(f"{name} must be True or False, got {value!r} "
                                 f"({type(value).__name__})")
         rank, world_size, node, nodes = (
@@ -391,6 +431,12 @@ class Loader:
             raise InvalidArgumentError("as_numpy=False needs torch, which is not importable; "
                                        "pass as_numpy=True (numpy arrays) or install torch",
                                        _ffi.FAILED_PRECONDITION)
+        if self._as_numpy and np is None:
+            raise InvalidArgumentError(
+                "as_numpy=True needs numpy, which is not importable; pass as_numpy=False (torch "
+                "tensors) or install numpy" if as_numpy else
+                f"carpool.Loader needs torch or numpy for its batches, and {sys.executable} "
+                "imports neither; install torch (or numpy)", _ffi.FAILED_PRECONDITION)
         self._client = _Client(socket, state_dir)
         opts = _ffi.JobOptions(
             dataset=dataset.encode(), batch_size=batch_size, epochs=epochs,
@@ -417,13 +463,13 @@ class Loader:
         self._torch_device = torch.device(self.device) if info.device >= 0 else None
         if self._torch_device is not None:
             _LIVE_GPU_LOADERS.add(self)
-        self._np_dtype = _NP_DTYPES[info.dtype]
+        self._dtype_code = info.dtype
         self._batches_per_epoch = info.batches_per_epoch
         # The epoch the next pass delivers (then: of the current batch); a resumed job's may be
         # past 0.
         self.epoch = info.start_epoch
         self.batch_index = -1
-        self.ids = np.empty(0, dtype=np.uint32)
+        self.ids = _ints(None, 0, ids=True)
         self.skipped = 0
 
     def __len__(self) -> int:
@@ -509,19 +555,16 @@ class Loader:
         self.epoch = epoch
         self.batch_index = lib.carpool_batch_index(batch.handle)
         self.skipped = lib.carpool_batch_skipped(batch.handle)
-        ids = np.ctypeslib.as_array(lib.carpool_batch_sample_ids(batch.handle), (n,)) if n else \
-            np.empty(0, np.uint32)
-        self.ids = ids.copy()
+        self.ids = _ints(lib.carpool_batch_sample_ids(batch.handle), n, ids=True)
         if self._torch_device is not None:  # its int64 labels are on the device already
             return self._device_tensors(batch, n)
-        labels = np.ctypeslib.as_array(lib.carpool_batch_labels(batch.handle), (n,)) if n else \
-            np.empty(0, np.int32)
-        labels = labels.astype(np.int64)
-        images = batch.array(self._np_dtype)
-        if images.shape[:1] != (n,):
+        labels = _ints(lib.carpool_batch_labels(batch.handle), n, ids=False)
+        images = batch.array(self._dtype_code) if np is not None else \
+            batch.tensor(self._dtype_code)
+        if tuple(images.shape[:1]) != (n,):
             raise CarpoolError(f"batch of {n} samples has images of shape {images.shape}", 5)
         self._images_address = batch.address  # for tests: the view's memory is the slot's
-        if self._as_numpy:
+        if self._as_numpy or np is None:  # numpy arrays asked for, or torch tensors already
             return images, labels
         return torch.from_numpy(images), torch.from_numpy(labels)
 
@@ -531,12 +574,12 @@ class Loader:
         if lib.carpool_batch_device(batch.handle) != self._torch_device.index:
             raise CarpoolError(f"batch is on device {lib.carpool_batch_device(batch.handle)}, "
                                f"the job on {self.device}", 5)
-        expected = int(np.prod(batch.shape, dtype=np.int64)) * np.dtype(self._np_dtype).itemsize
+        _, itemsize, typestr = _DTYPES[self._dtype_code]
+        expected = math.prod(batch.shape) * itemsize
         if batch.shape[:1] != (n,) or expected != batch.nbytes:
             raise CarpoolError(f"batch of {n} samples has {batch.nbytes} image bytes for shape "
                                f"{batch.shape}", 5)
         self._images_address = batch.address
-        typestr = np.dtype(self._np_dtype).str
         images = torch.as_tensor(_CudaArray(batch, batch.address, batch.shape, typestr),
                                  device=self._torch_device)
         labels_address = lib.carpool_batch_device_labels(batch.handle) or 0
@@ -563,7 +606,7 @@ class Loader:
         self._job = job
         info = _ffi.JobInfo()
         _ffi.check(self._lib.carpool_job_info_get(job, ctypes.byref(info)))
-        if info.dtype not in _NP_DTYPES:
+        if info.dtype not in _DTYPES:
             self.close()
             raise CarpoolError(f"server sent dtype {info.dtype}; this package knows 1..3", 9)
         self._info = info

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """CI check of examples/optuna_sweep.py, tiny (ctest: carpool_optuna_sweep_test). Two runs:
-  1. 2 trials in 2 processes, to the end: a best trial, the server's sharing ratio, and the
-     sweep's datasets removed afterwards;
+  1. 2 trials in 2 processes, to the end: a best trial, the server's sharing ratio, the sweep's
+     datasets removed afterwards, and (--record) each job of the series and the sharing bound;
   2. 2 trials that a threshold pruner stops after their first epoch: each pruned trial's job is
      gone from the server right after its Loader's with-block;
   3. 1 trial without the Fashion-MNIST files: synthetic IDX data, said so.
@@ -45,7 +45,13 @@ def main():
         print(f"SKIP: {e}; install python3-optuna and python3-torch (scripts/setup.sh)")
         return 77
     with tempfile.TemporaryDirectory(prefix="carpool-optuna-check-") as tmp:
-        out = run("--epochs", "1", "--state-dir", tmp, "--prefix", "ci-sweep-")
+        # 6,000 samples: trials of a few seconds, which the 1 s series sees (1,200: under 1 s).
+        out = run("--epochs", "1", "--state-dir", tmp, "--prefix", "ci-sweep-", "--record",
+                  str(pathlib.Path(tmp) / "series.jsonl"), "--train-samples", "6000")
+        check(re.search(r"  job \d+: \S+ \(\d+ classes\) from \d+ s to \d+ s, \d+ deliveries",
+                        out), "a trial's job found in the --record series")
+        bound = re.search(r"sharing bound, 1 s windows: .* at most (\d+\.\d+)", out)
+        check(bound and float(bound.group(1)) >= 1.0, "a sharing bound >= 1")
         check("2 trials in" in out and "2 complete" in out, "both trials complete")
         check(re.search(r"best trial: #\d accuracy 0\.\d+ classes \S+ lr \S+", out),
               "a best trial line")

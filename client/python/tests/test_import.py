@@ -33,10 +33,26 @@ class ImportWithoutNumpyTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.split(), ["False", "binary"])
 
-    def test_loader_without_numpy_names_the_missing_module(self):
-        r = run_without_numpy("import carpool\ncarpool.Loader")
-        self.assertNotEqual(r.returncode, 0)
-        self.assertIn("No module named 'numpy'", r.stderr)
+    def test_loader_imports_without_numpy(self):
+        r = run_without_numpy("import carpool\n"
+                              "print(carpool.Loader.__name__, 'numpy' in sys.modules)")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["Loader", "False"])
+
+    def test_loader_without_numpy_or_torch_says_so_before_connecting(self):
+        hide_torch = BLOCK_NUMPY.replace('name == "numpy" or name.startswith("numpy.")',
+                                         'name.split(".")[0] in ("numpy", "torch")')
+        code = ("import carpool\n"
+                "try:\n"
+                "    carpool.Loader('fm', socket='/nonexistent-carpool-test/carpool.sock')\n"
+                "except carpool.InvalidArgumentError as e:\n"
+                "    print(e.code_name, str(e))\n")
+        r = subprocess.run([sys.executable, "-c", hide_torch.format(package=str(PACKAGE)) + code],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("FailedPrecondition", r.stdout)  # not Unavailable: no connection was tried
+        self.assertIn("carpool.Loader needs torch or numpy", r.stdout)
+        self.assertIn("imports neither; install torch (or numpy)", r.stdout)
 
     def test_unknown_attribute_is_an_attribute_error(self):
         r = run_without_numpy("import carpool\ncarpool.NoSuchThing")
