@@ -26,6 +26,9 @@ PACKAGES=(
   python3-optuna
   # `carpool report`: the PNG of a status series (client/python/carpool/report.py)
   python3-matplotlib
+  # scripts/fetch_nvjpeg.sh (run by CMake with CUDA): pip downloads nvJPEG's wheel from PyPI into
+  # the build folder, never installing it
+  python3-pip
 )
 
 missing=()
