@@ -25,7 +25,7 @@ void Engine::RefSink::AddDecided(SampleId sample, int64_t delta) {
 }
 
 void Engine::RefSink::NextUseChanged(SampleId sample, double at) {
-  if (cache != nullptr && next_uses) cache->SetNextUse(sample, at);
+  if (cache != nullptr) cache->SetNextUse(sample, at);
 }
 
 void Engine::RefSink::AddRefAll(const Roaring& set, int64_t delta) {

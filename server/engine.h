@@ -128,6 +128,7 @@ class Engine : public JobService {
     void AddRefAll(const Roaring& set, int64_t delta) override;  // one cache lock for the set
     void AddDecided(SampleId sample, int64_t delta) override;
     void NextUseChanged(SampleId sample, double at) override;
+    bool WantsNextUses() const override { return next_uses; }
     cache::SampleCache* cache = nullptr;
     bool next_uses = false;  // forward NextUseChanged (next-use policy, or GPUs served)
     int64_t total = 0;  // GUARDED_BY(Engine::mu_): the scheduler only runs under it

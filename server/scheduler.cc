@@ -285,7 +285,7 @@ void Scheduler::AddUse(SampleId sample, Job* job, uint64_t seq) {
   std::vector<Use>& v = uses_[sample];
   v.push_back(Use{job, seq, at});
   if (owed_.count(sample) != 0) ++job->behind;
-  if (sink_ != nullptr) sink_->NextUseChanged(sample, EarliestUse(v));
+  if (sink_ != nullptr && sink_->WantsNextUses()) sink_->NextUseChanged(sample, EarliestUse(v));
 }
 
 double Scheduler::EarliestUse(const std::vector<Use>& uses) {
@@ -306,12 +306,13 @@ void Scheduler::DropUse(SampleId sample, const Job* job, uint64_t seq) {
       break;
     }
   }
-  const double at = EarliestUse(v);
+  const bool report = sink_ != nullptr && sink_->WantsNextUses();
+  const double at = report ? EarliestUse(v) : 0;
   if (v.empty()) {
     uses_.erase(it);
     owed_.erase(sample);
   }
-  if (sink_ != nullptr) sink_->NextUseChanged(sample, at);
+  if (report) sink_->NextUseChanged(sample, at);
 }
 
 double Scheduler::NextUse(uint32_t sample) const {

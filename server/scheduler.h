@@ -60,6 +60,9 @@ class RefCountSink {
   // so that a cache can rank samples by next use from values it holds, never asking the scheduler
   // back under its own lock. Default: ignored.
   virtual void NextUseChanged(SampleId /*sample*/, double /*at*/) {}
+  // Whether NextUseChanged is read: if not, the scheduler does not compute the estimates (one per
+  // decision and delivery).
+  virtual bool WantsNextUses() const { return false; }
 };
 
 // Forwards reference counts to anything with `AddRef(uint32_t, int64_t)`: cache::CacheIndex (the
@@ -74,6 +77,9 @@ class RefCountForwarder : public RefCountSink {
   }
   void NextUseChanged(SampleId sample, double at) override {
     if constexpr (requires { target_->SetNextUse(sample, at); }) target_->SetNextUse(sample, at);
+  }
+  bool WantsNextUses() const override {
+    return requires(SampleId s, double at) { target_->SetNextUse(s, at); };
   }
 
  private:
