@@ -18,6 +18,7 @@ std::string PrepareSpec::ToString() const {
   if (channels != 3 || out.empty()) {
     out += fmt::format("{}channels={}", out.empty() ? "" : ",", channels);
   }
+  if (gpu_decode) out += ",decode=gpu";
   return out;
 }
 
@@ -60,6 +61,15 @@ Result<PrepareSpec> ParsePrepareSpec(std::string_view text) {
           fmt::format("prepare spec \"{}\": unknown item \"{}\"; {}", text, item, kForm));
     }
     std::string_view key = item.substr(0, eq);
+    if (key == "decode") {
+      const std::string_view decoder = item.substr(eq + 1);
+      if (decoder != "cpu" && decoder != "gpu") {
+        return Status::InvalidArgument(fmt::format(
+            "prepare spec \"{}\": decode=\"{}\" must be cpu or gpu", text, decoder));
+      }
+      spec.gpu_decode = decoder == "gpu";
+      continue;
+    }
     Result<int> value = ParsePositive(key, item.substr(eq + 1), text);
     if (!value.ok()) return value.status();
     if (key == "resize") {
@@ -81,6 +91,12 @@ Result<PrepareSpec> ParsePrepareSpec(std::string_view text) {
     return Status::InvalidArgument(fmt::format(
         "prepare spec \"{}\": \"raw\" keeps records as they are and cannot be combined with "
         "resize or crop",
+        text));
+  }
+  if (spec.gpu_decode && (spec.raw || spec.channels != 3)) {
+    return Status::InvalidArgument(fmt::format(
+        "prepare spec \"{}\": decode=gpu gives RGB images; it cannot be combined with raw or "
+        "channels=1",
         text));
   }
   if (spec.resize > 0 && spec.crop > spec.resize) {

@@ -88,6 +88,14 @@ done < <(ldd "$BIN" "$LIB" | awk '$2 == "=>" { print $1, $3 }' | sort -u)
 chmod u+w "$OUT"/bin/* "$OUT"/lib/*
 strip --strip-unneeded "$OUT/bin/carpool" "$OUT"/lib/*
 
+# GPU decode: libnvjpeg is opened at run time (dlopen), so ldd does not list it; the binary's
+# DT_RPATH ($ORIGIN/../lib) is where dlopen finds it. NVIDIA's build, copied as it is.
+NVJPEG="$BUILD/_deps/nvjpeg/lib/libnvjpeg.so.13"
+if [ -f "$NVJPEG" ]; then
+  cp -L "$NVJPEG" "$OUT/lib/libnvjpeg.so.13"
+  SOURCE[libnvjpeg.so.13]="$(readlink -f "$NVJPEG") (PyPI nvidia-nvjpeg, scripts/fetch_nvjpeg.sh)"
+fi
+
 (cd "$ROOT/client/python" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - carpool) |
   tar -xf - -C "$OUT/python"
 

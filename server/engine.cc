@@ -60,6 +60,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   GpuServiceOptions go;
   go.devices = options.gpus;
   go.resident_bytes = options.gpu_cache_bytes;
+  go.gpu_decode = options.gpu_decode;
+  go.decode_bytes = options.gpu_decode_bytes;
   go.host_region = e->cache_->Mapping();
   // Next uses as the scheduler last reported them to the cache: a GPU never takes the engine's
   // lock, only the cache's (a leaf).

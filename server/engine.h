@@ -67,6 +67,9 @@ struct EngineOptions {
   std::chrono::milliseconds tick{5};  // the coordinator's longest sleep between wakes
   std::vector<int> gpus;               // CUDA devices served (--gpus); empty: CPU batches only
   uint64_t gpu_cache_bytes = kDefaultGpuCacheBytes;  // resident sample area per GPU
+  // --gpu-decode: GPU jobs' JPEGs decoded on their GPU (decode=gpu keys, docs/gpu.md).
+  GpuDecode gpu_decode = GpuDecode::kAuto;
+  uint64_t gpu_decode_bytes = uint64_t{512} << 20;  // decoded images held at once per GPU
   // A data-parallel job whose ranks have not all joined this long after its first fails.
   std::chrono::milliseconds rank_join_timeout{60000};
   // The cross-node partition's seed (sampler/node_partition.h): the same on every node of a sweep.
@@ -253,6 +256,8 @@ class Engine : public JobService {
   // Counters.
   uint64_t preparations_ GUARDED_BY(mu_) = 0;
   uint64_t transient_preparations_ GUARDED_BY(mu_) = 0;
+  // decode=gpu samples the workers prepared on the CPU (PNGs, progressive JPEGs, ...).
+  uint64_t gpu_decode_cpu_fallbacks_ GUARDED_BY(mu_) = 0;
   uint64_t deliveries_ GUARDED_BY(mu_) = 0;
   uint64_t batches_ GUARDED_BY(mu_) = 0;
   uint64_t skipped_ GUARDED_BY(mu_) = 0;

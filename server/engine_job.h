@@ -25,6 +25,7 @@ struct EngineJob {
   protocol::CreateJob request;
   uint64_t dataset_size = 0;
   std::string prepare_spec;  // its dataset's, as text
+  PrepareSpec prepare;       // the same; decode=gpu when its GPU decodes its JPEGs
   uint32_t key_base = 0;  // its prepare spec's (PreparedKeys): sample key = key_base + catalog id
   Roaring table_ids;  // the keys it counts as a user of in the sample table (its dataset's)
   bool nothing_left = false;  // resumed from a checkpoint taken after its last batch

@@ -55,6 +55,13 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
         image.status().message()));
   }
 
+  // A GPU job's JPEGs are decoded on its GPU where that GPU decodes: its samples are the
+  // decode=gpu prepared samples of the files, keyed apart from the CPU's (docs/gpu.md).
+  if (const GpuService* gpu = ServedGpu(*device); gpu != nullptr && !gpu->decoder().empty() &&
+                                                   !dataset->spec().raw &&
+                                                   dataset->spec().channels == 3) {
+    dataset->block->spec.gpu_decode = true;
+  }
   // Its samples are keyed under its prepare spec: another spec of the same files is another
   // prepared sample (server/prepared_keys.h).
   uint32_t key_base = 0;
@@ -111,6 +118,7 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   job->gpu = ServedGpu(*device);
   job->key_base = key_base;
   job->prepare_spec = dataset->spec().ToString();
+  job->prepare = dataset->spec();
   // Into the sample table in parts, each its own short hold of the lock: 1.28M samples in one
   // hold stalled the other jobs' batches for over a second on a loaded machine.
   const size_t count = dataset->size();

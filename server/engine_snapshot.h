@@ -29,6 +29,7 @@ struct JobSnapshot {
   bool assembling = false, done = false;
   std::string device;  // "cpu" or "cuda:N"
   std::string prepare_spec;  // its dataset's: the key its samples are prepared under
+  std::string decoder;       // who decodes its JPEGs: "cpu", "gpu-hardware", "gpu-hybrid"
   // A rank of a data-parallel job (world_size > 1): its key, and the group's padded entries.
   std::string job_key;
   uint32_t rank = 0, world_size = 1;
@@ -49,6 +50,7 @@ struct EngineSnapshot {
   uint64_t jobs_created = 0, jobs_removed = 0;
   cache::CacheStats cache;
   uint64_t cached_preparations = 0, transient_preparations = 0;
+  uint64_t gpu_decode_cpu_fallbacks = 0;  // decode=gpu samples prepared on the CPU
   uint64_t deliveries = 0, batches = 0, skipped = 0, bad_samples = 0, pins = 0;
   int64_t refcount_total = 0;
   uint64_t in_flight = 0;  // samples being prepared

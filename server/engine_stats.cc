@@ -43,6 +43,7 @@ JobSnapshot Engine::SnapshotJob(const Job& job) const {
   j.done = job.done;
   j.device = job.gpu ? fmt::format("cuda:{}", job.gpu->device()) : "cpu";
   j.prepare_spec = job.prepare_spec;
+  j.decoder = job.prepare.gpu_decode ? "gpu-" + job.gpu->decoder() : "cpu";
   if (job.source != nullptr) job.source->Describe(j);
   return j;
 }
@@ -62,6 +63,7 @@ EngineSnapshot Engine::SnapshotLocked() const {
   s.cache = cache_->Stats();
   s.cached_preparations = preparations_;
   s.transient_preparations = transient_preparations_;
+  s.gpu_decode_cpu_fallbacks = gpu_decode_cpu_fallbacks_;
   s.deliveries = deliveries_;
   s.batches = batches_;
   s.skipped = skipped_;
@@ -122,6 +124,7 @@ Json JobJson(const JobSnapshot& j) {
           {"done", j.done},
           {"device", j.device},
           {"prepare_spec", j.prepare_spec},
+          {"decoder", j.decoder},
           {"job_key", j.job_key},
           {"rank", j.rank},
           {"world_size", j.world_size},
@@ -154,7 +157,13 @@ Json ServerJson(const EngineSnapshot& s) {
                     {"resident_capacity", g.resident_capacity},
                     {"pool_bytes", g.pool_bytes},
                     {"pool_slots", g.pool_slots},
-                    {"assemble_seconds", g.assemble_seconds}});
+                    {"assemble_seconds", g.assemble_seconds},
+                    {"decoder", g.decoder.empty() ? "cpu" : g.decoder},
+                    {"gpu_decodes", g.gpu_decodes},
+                    {"cpu_fallbacks", g.cpu_fallbacks},
+                    {"decoded_bytes", g.decoded_bytes},
+                    {"undecodable", g.undecodable},
+                    {"decode_seconds", g.decode_seconds}});
   }
   const cache::CacheStats& c = s.cache;
   const uint64_t preparations = s.preparations();
@@ -190,6 +199,7 @@ Json ServerJson(const EngineSnapshot& s) {
           {"preparations", preparations},
           {"cached_preparations", s.cached_preparations},
           {"transient_preparations", s.transient_preparations},
+          {"gpu_decode_cpu_fallbacks", s.gpu_decode_cpu_fallbacks},
           {"deliveries", s.deliveries},
           {"batches", s.batches},
           {"sharing_ratio", sharing},

@@ -94,7 +94,7 @@ void Engine::PrepareInCache(uint32_t sample, const SampleSource& src, PreparePro
   {
     // Without the engine's lock: the cache ranks by next uses it holds and calls nobody back.
     WorkerPhases::Scope phase(phases_, WorkerPhase::kAllocate);
-    slot = cache_->Allocate(sample, shape->bytes(), &evicted);
+    slot = cache_->Allocate(sample, shape->stored_bytes(), &evicted);
     progress.allocated = slot.ok();
   }
   if (!slot.ok()) {
@@ -133,6 +133,7 @@ void Engine::PrepareInCache(uint32_t sample, const SampleSource& src, PreparePro
       return;
     }
     ++preparations_;
+    if (src.spec.gpu_decode && !written->encoded()) ++gpu_decode_cpu_fallbacks_;
     Check(samples_.states().Committed(sample, *written));
   });
 }
@@ -173,6 +174,21 @@ void Engine::AssembleInto(const BatchTask& task, AssembleResult& out) {
       out.owned.push_back(std::move(*image));
       view = out.owned.back().view();
     }
+    if (view.shape.encoded() && job.gpu == nullptr) {
+      // A decode=gpu sample kept encoded, for a CPU job of a dataset registered with that spec:
+      // the CPU decodes it to the same pixels.
+      Result<PreparedImage> image = [&] {
+        WorkerPhases::Scope phase(phases_, WorkerPhase::kTransient);
+        return PrepareGpuPixelsOnCpu(job.prepare, {view.data, view.shape.encoded_bytes});
+      }();
+      if (!image.ok()) {
+        out.unreadable.emplace_back(item.sample, image.status());
+        ++out.skipped;
+        continue;
+      }
+      out.owned.push_back(std::move(*image));
+      view = out.owned.back().view();
+    }
     Result<ImageShape> shape = TransformedShape(job.transform, view.shape);
     if (!shape.ok() || !(*shape == job.image)) {
       // The job cannot use the sample at all: a configuration error, so the job fails with it
@@ -196,8 +212,7 @@ void Engine::AssembleInto(const BatchTask& task, AssembleResult& out) {
   out.n = static_cast<uint32_t>(out.views.size());
   if (out.n == 0) return;
   // A GPU job's host slot holds labels and ids only; its images go to its device slot.
-  const slots::BatchLayout full =
-      slots::PlanBatchLayout(out.n, job.gpu ? 0 : job.image.bytes());
+  slots::BatchLayout full = slots::PlanBatchLayout(out.n, job.gpu ? 0 : job.image.bytes());
   uint8_t* base = task.slot.data.data();
   Status assembled;
   if (job.gpu != nullptr) {
@@ -212,8 +227,42 @@ void Engine::AssembleInto(const BatchTask& task, AssembleResult& out) {
     request.labels = out.labels;
     request.slots = job.device_slots.get();
     request.slot = task.slot.index;
+    request.prepare = &job.prepare;
+    std::vector<std::pair<size_t, Status>> undecodable;
+    request.undecodable = &undecodable;
     WorkerPhases::Scope phase(phases_, WorkerPhase::kGpuBuild);
     assembled = job.gpu->Build(request);
+    if (!assembled.ok() && !undecodable.empty()) {
+      // Damaged JPEGs that neither nvJPEG nor the CPU decodes: skipped and reported as the CPU
+      // path does, and the batch built again from the rest (decoded and resident by now).
+      std::vector<bool> bad(out.views.size(), false);
+      for (auto& [index, why] : undecodable) {
+        bad[index] = true;
+        out.unreadable.emplace_back(out.ids[index], std::move(why));
+        ++out.skipped;
+      }
+      size_t kept = 0;
+      for (size_t i = 0; i < out.views.size(); ++i) {
+        if (bad[i]) continue;
+        out.views[kept] = out.views[i];
+        out.seeds[kept] = out.seeds[i];
+        out.labels[kept] = out.labels[i];
+        out.ids[kept] = out.ids[i];
+        ++kept;
+      }
+      out.views.resize(kept);
+      out.seeds.resize(kept);
+      out.labels.resize(kept);
+      out.ids.resize(kept);
+      out.n = static_cast<uint32_t>(kept);
+      full = slots::PlanBatchLayout(out.n, 0);  // where Assemble will say the labels and ids are
+      undecodable.clear();
+      request.samples = out.views;
+      request.sample_ids = out.ids;
+      request.seeds = out.seeds;
+      request.labels = out.labels;
+      assembled = kept == 0 ? Status::OK() : job.gpu->Build(request);
+    }
   } else {
     WorkerPhases::Scope phase(phases_, WorkerPhase::kAssemble);
     assembled = AssembleBatch(job.transform, out.views, out.seeds, base + full.images_offset,

@@ -42,4 +42,13 @@ Result<std::vector<int>> ParseGpuList(const std::string& text, int visible) {
   return out;
 }
 
+Result<GpuDecode> ParseGpuDecode(const std::string& text) {
+  if (text == "auto") return GpuDecode::kAuto;
+  if (text == "on") return GpuDecode::kOn;
+  if (text == "off") return GpuDecode::kOff;
+  return Status::InvalidArgument(fmt::format(
+      "--gpu-decode \"{}\": expected auto (decode JPEGs on the GPU where nvJPEG loads), on or off",
+      text));
+}
+
 }  // namespace carpool

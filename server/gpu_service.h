@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "carpool/status.h"
@@ -42,12 +43,19 @@ class DeviceSlots {
 // sample's bytes are a function of its id); labels are written as int64 after the images.
 struct DeviceBatchRequest {
   const TransformSpec* spec = nullptr;
-  std::span<const PreparedView> samples;  // host memory: the cache segment or transient buffers
+  // Host memory: the cache segment or transient buffers. A view whose shape is encoded() holds a
+  // decode=gpu JPEG: Build decodes it (nvJPEG) and resizes it on the GPU into the resident area.
+  std::span<const PreparedView> samples;
+  const PrepareSpec* prepare = nullptr;  // the dataset's spec; required for encoded views
   std::span<const uint32_t> sample_ids;
   std::span<const uint64_t> seeds;
   std::span<const int32_t> labels;
   DeviceSlots* slots = nullptr;
   uint32_t slot = 0;
+  // Filled with (index into samples, why) for encoded samples that neither nvJPEG nor the CPU
+  // decodes (damaged files); Build then returns Corruption without building, and the caller
+  // builds again without them. Required when any view is encoded.
+  std::vector<std::pair<size_t, Status>>* undecodable = nullptr;
 };
 
 // Counters of one GPU since the server started (read without locks; each is monotonic except
@@ -63,7 +71,17 @@ struct GpuCounters {
   uint64_t pool_bytes = 0;  // device batch slots held by jobs now
   uint64_t pool_slots = 0;
   double assemble_seconds = 0;  // wall time of Build calls: uploads, kernel and wait
+  // GPU decode (decode=gpu samples): the backend ("hardware", "gpu-hybrid", "" when off), images
+  // nvJPEG decoded, images decoded on the CPU instead (streams it refuses), encoded bytes read,
+  // and samples neither could decode.
+  std::string decoder;
+  uint64_t gpu_decodes = 0, cpu_fallbacks = 0, decoded_bytes = 0, undecodable = 0;
+  double decode_seconds = 0;  // of Build's wall time, spent decoding and resizing
 };
+
+enum class GpuDecode { kOff, kAuto, kOn };
+// "auto" | "on" | "off"; InvalidArgument naming the value otherwise.
+Result<GpuDecode> ParseGpuDecode(const std::string& text);
 
 class GpuService {
  public:
@@ -79,12 +97,18 @@ class GpuService {
   // one at a time). Cost: the uploads (PCIe) plus the kernel, about 1 ms for 256 images.
   virtual Status Build(const DeviceBatchRequest& request) = 0;
   virtual GpuCounters Counters() const = 0;
+  // The GPU decode backend ("hardware", "gpu-hybrid"), or empty when this GPU does not decode:
+  // its jobs then get the CPU's prepared samples. Fixed at creation.
+  virtual const std::string& decoder() const = 0;
 };
 
 struct GpuServiceOptions {
   std::vector<int> devices;          // CUDA device indices to serve
   uint64_t resident_bytes = 0;       // per GPU; 0: no resident area (upload every use)
   std::span<uint8_t> host_region;    // the cache segment, registered for DMA; may be empty
+  // GPU decode: off, auto (on where nvJPEG loads) or on (the server fails to start without it).
+  GpuDecode gpu_decode = GpuDecode::kAuto;
+  uint64_t decode_bytes = uint64_t{512} << 20;  // cap on the decoded images held at once
   // Next uses (the scheduler's clock) of `samples`, written to `out`; +inf for none. Called from
   // Build while it evicts resident samples, with no engine lock held by the caller.
   std::function<void(std::span<const uint32_t> samples, std::span<double> out)> next_use;

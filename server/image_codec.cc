@@ -73,6 +73,19 @@ Result<ImageHeader> ReadJpegHeader(std::span<const uint8_t> d) {
       header.height = ReadBigEndian16(&d[pos + 5]);
       header.width = ReadBigEndian16(&d[pos + 7]);
       header.components = d[pos + 9];
+      header.sof = marker;
+      if (length < 8 + 3 * static_cast<size_t>(header.components)) {
+        return Status::Corruption(fmt::format(
+            "JPEG frame header of {} bytes is too short for its {} components", length,
+            header.components));
+      }
+      const uint8_t* component = &d[pos + 10];
+      const bool rgb_ids = header.components == 3 && component[0] == 'R' && component[3] == 'G' &&
+                           component[6] == 'B';
+      header.rgb_coded = header.rgb_coded || rgb_ids;
+      for (int c = 0; c < std::min(header.components, 4); ++c) {
+        header.sampling[c] = component[3 * c + 1];
+      }
       if (header.height == 0 || header.width == 0) {
         return Status::Corruption(fmt::format(
             "JPEG frame header gives size {}x{}; a zero size (DNL marker) is not supported",
@@ -84,7 +97,16 @@ Result<ImageHeader> ReadJpegHeader(std::span<const uint8_t> d) {
                         header.width, header.height, kMaxImageSide));
       }
     }
-    if (marker == 0xDA) break;  // start of scan: entropy-coded data follows
+    // Adobe APP14 with transform 0: three components are RGB, not YCbCr.
+    if (marker == 0xEE && length >= 14 && std::memcmp(&d[pos + 4], "Adobe", 5) == 0 &&
+        d[pos + 2 + 11] == 0) {
+      header.rgb_coded = true;
+    }
+    if (marker == 0xDA) {  // start of scan: entropy-coded data follows
+      // One interleaved scan holds every component; otherwise more scans follow.
+      header.single_scan = length >= 3 && d[pos + 4] == header.components;
+      break;
+    }
     pos += 2 + length;
   }
   if (header.width == 0) return Status::Corruption("JPEG has a scan but no frame header (SOF)");
@@ -94,6 +116,7 @@ Result<ImageHeader> ReadJpegHeader(std::span<const uint8_t> d) {
     p = static_cast<const uint8_t*>(std::memchr(p, 0xFF, d.data() + d.size() - 1 - p));
     if (p == nullptr) break;
     if (p[1] == 0xD9) return header;
+    if (p[1] == 0xDA && p != d.data() + pos) header.single_scan = false;  // a later scan
   }
   return Status::Corruption(
       fmt::format("JPEG is truncated: no end-of-image marker in its {} bytes", d.size()));
@@ -245,7 +268,8 @@ Result<ImageHeader> ReadImageHeader(std::span<const uint8_t> encoded) {
   return ImageHeader{format, 0, 0, 0};
 }
 
-Result<cv::Mat> DecodeJpeg(std::span<const uint8_t> encoded, int channels, int factor) {
+Result<cv::Mat> DecodeJpeg(std::span<const uint8_t> encoded, int channels, int factor,
+                           bool fast_upsample) {
   if (channels != 1 && channels != 3) {
     return Status::InvalidArgument(
         fmt::format("JPEG decode to {} channels; expected 1 or 3", channels));
@@ -287,7 +311,9 @@ Result<cv::Mat> DecodeJpeg(std::span<const uint8_t> encoded, int channels, int f
   }
   // Warnings (a corrupt Huffman code, extraneous bytes) still give an image, as in imgcodecs.
   if (tjDecompress2(tj.get(), encoded.data(), encoded.size(), out.data, width,
-                    static_cast<int>(out.step), height, pixel_format, TJFLAG_LIMITSCANS) != 0 &&
+                    static_cast<int>(out.step), height, pixel_format,
+                    TJFLAG_LIMITSCANS |
+                        (fast_upsample ? TJFLAG_FASTUPSAMPLE | TJFLAG_ACCURATEDCT : 0)) != 0 &&
       tjGetErrorCode(tj.get()) != TJERR_WARNING) {
     return Status::Corruption(fmt::format("JPEG of {}x{} ({} bytes) does not decode: {}",
                                           header->width, header->height, encoded.size(),
@@ -297,13 +323,41 @@ Result<cv::Mat> DecodeJpeg(std::span<const uint8_t> encoded, int channels, int f
   return out;
 }
 
-Result<cv::Mat> DecodeImage(std::span<const uint8_t> encoded, int channels, int jpeg_factor) {
+Status CheckGpuDecodable(const ImageHeader& h) {
+  auto refuse = [&](std::string_view why) {
+    return Status::InvalidArgument(fmt::format("{}x{} {}: decoded on the CPU", h.width, h.height,
+                                               why));
+  };
+  if (h.format != ImageFormat::kJpeg) return refuse(ImageFormatName(h.format));
+  if (h.sof == 0xC2 || h.sof == 0xC6 || h.sof == 0xCA || h.sof == 0xCE) {
+    return refuse("progressive JPEG");
+  }
+  if (h.sof == 0xC3 || h.sof == 0xC7 || h.sof == 0xCB || h.sof == 0xCF) {
+    return refuse("lossless JPEG");
+  }
+  if (h.sof != 0xC0 && h.sof != 0xC1) return refuse(fmt::format("JPEG with SOF 0x{:02X}", h.sof));
+  if (h.components != 3) return refuse(fmt::format("JPEG of {} components", h.components));
+  if (h.rgb_coded) return refuse("RGB-coded JPEG");
+  const uint8_t y = h.sampling[0];
+  if ((y != 0x11 && y != 0x21 && y != 0x22 && y != 0x12) || h.sampling[1] != 0x11 ||
+      h.sampling[2] != 0x11) {
+    return refuse(fmt::format("JPEG with sampling factors {:02X} {:02X} {:02X}", y,
+                              h.sampling[1], h.sampling[2]));
+  }
+  if (!h.single_scan) return refuse("JPEG of several scans");
+  return Status::OK();
+}
+
+Result<cv::Mat> DecodeImage(std::span<const uint8_t> encoded, int channels, int jpeg_factor,
+                            bool jpeg_fast_upsample) {
   if (channels != 1 && channels != 3) {
     return Status::InvalidArgument(fmt::format("decode to {} channels; expected 1 or 3", channels));
   }
   if (encoded.empty()) return Status::Corruption("record is empty (0 bytes)");
   const ImageFormat format = SniffImageFormat(encoded);
-  if (format == ImageFormat::kJpeg) return DecodeJpeg(encoded, channels, jpeg_factor);
+  if (format == ImageFormat::kJpeg) {
+    return DecodeJpeg(encoded, channels, jpeg_factor, jpeg_fast_upsample);
+  }
   if (format == ImageFormat::kPng) return DecodePng(encoded, channels);
   return DecodeWithImgcodecs(encoded, format, channels);
 }

@@ -30,6 +30,13 @@ struct ImageHeader {
   int width = 0;
   int height = 0;
   int components = 0;
+  // JPEG only: the frame's SOF marker (0xC0 baseline, 0xC1 extended, 0xC2 progressive, ...),
+  // each component's sampling factors (h << 4 | v), whether one scan holds the whole image, and
+  // whether the colours are coded as RGB rather than YCbCr (Adobe transform 0, or ids 'R','G','B').
+  int sof = 0;
+  uint8_t sampling[4] = {0, 0, 0, 0};
+  bool single_scan = false;
+  bool rgb_coded = false;
 };
 
 // The format the leading bytes name ("magic number"). Cost: O(1).
@@ -47,6 +54,12 @@ bool HaveImgcodecs();
 // Cost: O(header bytes) for PNG; for JPEG the marker walk plus one memchr scan of the file.
 Result<ImageHeader> ReadImageHeader(std::span<const uint8_t> encoded);
 
+// OK when GPU decode (nvJPEG's hardware and GPU-hybrid backends) takes a JPEG with this header:
+// baseline or extended Huffman, one interleaved scan, YCbCr with chroma at 4:4:4, 4:2:2, 4:2:0 or
+// 4:4:0. Otherwise InvalidArgument naming what stays on the CPU (progressive, lossless,
+// arithmetic, CMYK or gray, another sub-sampling, several scans, RGB-coded). Cost: O(1).
+Status CheckGpuDecodable(const ImageHeader& header);
+
 // Decodes a baseline or progressive JPEG to 8-bit RGB (channels 3) or gray (channels 1), scaled
 // by 1/factor in the DCT domain (factor 1, 2, 4 or 8; each side rounds up). CMYK and YCCK
 // JPEGs are converted as imgcodecs converts them. EXIF orientation is ignored. A stream that
@@ -57,7 +70,10 @@ Result<ImageHeader> ReadImageHeader(std::span<const uint8_t> encoded);
 // select exactly (only for images under 8 pixels on both sides).
 // Cost: entropy decoding of all of `encoded`, IDCT and colour conversion at the reduced size;
 // one allocation of ceil(w/factor) x ceil(h/factor) x channels bytes (x 4/3 more for CMYK).
-Result<cv::Mat> DecodeJpeg(std::span<const uint8_t> encoded, int channels, int factor = 1);
+// fast_upsample: chroma replicated rather than interpolated (TJFLAG_FASTUPSAMPLE), which is what
+// nvJPEG's decoders give: the CPU side of GPU decode (PrepareSpec::gpu_decode).
+Result<cv::Mat> DecodeJpeg(std::span<const uint8_t> encoded, int channels, int factor = 1,
+                           bool fast_upsample = false);
 
 // Decodes a PNG of any colour type, bit depth and interlace to 8-bit RGB (channels 3) or gray
 // (channels 1) as imgcodecs does: palette expanded, 16-bit samples cut to their high byte,
@@ -71,7 +87,8 @@ Result<cv::Mat> DecodePng(std::span<const uint8_t> encoded, int channels);
 // others through imgcodecs when built. Without imgcodecs, a recognised other format is
 // InvalidArgument naming the format and saying to convert to JPEG or PNG; bytes of no known
 // format are Corruption. Cost: that of the decoder used.
-Result<cv::Mat> DecodeImage(std::span<const uint8_t> encoded, int channels, int jpeg_factor = 1);
+Result<cv::Mat> DecodeImage(std::span<const uint8_t> encoded, int channels, int jpeg_factor = 1,
+                            bool jpeg_fast_upsample = false);
 
 // The order of the colour channels in an image handed to an encoder.
 enum class ChannelOrder { kRgb, kBgr };

@@ -430,5 +430,50 @@ TEST(ImageCodecTest, MutatedInputNeverCrashes) {
   }
 }
 
+// Encodes with TurboJPEG at a chosen chroma sub-sampling (TJSAMP_*).
+std::vector<uint8_t> JpegWithSampling(const cv::Mat& bgr, int sampling) {
+  cv::Mat rgb;
+  cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
+  tjhandle tj = tjInitCompress();
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  const int rc = tjCompress2(tj, rgb.data, rgb.cols, static_cast<int>(rgb.step), rgb.rows,
+                             TJPF_RGB, &buffer, &size, sampling, 90, TJFLAG_ACCURATEDCT);
+  EXPECT_EQ(rc, 0) << tjGetErrorStr2(tj);
+  std::vector<uint8_t> out(buffer, buffer + (rc == 0 ? size : 0));
+  tjFree(buffer);
+  tjDestroy(tj);
+  return out;
+}
+
+// What GPU decode takes, from the header alone, and what it leaves to the CPU with the reason.
+TEST(ImageCodecTest, CheckGpuDecodableNamesWhatStaysOnTheCpu) {
+  const cv::Mat photo = MakePhoto(96, 64, 4);
+  for (int sampling : {TJSAMP_444, TJSAMP_422, TJSAMP_420, TJSAMP_440}) {
+    Result<ImageHeader> h = ReadImageHeader(JpegWithSampling(photo, sampling));
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    EXPECT_EQ(h->sof, 0xC0);
+    EXPECT_TRUE(h->single_scan);
+    EXPECT_TRUE(CheckGpuDecodable(*h).ok()) << sampling << ": " << CheckGpuDecodable(*h).ToString();
+  }
+  cv::Mat gray;
+  cv::cvtColor(photo, gray, cv::COLOR_BGR2GRAY);
+  struct Case {
+    std::vector<uint8_t> bytes;
+    const char* why;
+  };
+  for (const Case& c : {Case{MustJpeg(photo, {.quality = 90, .progressive = true}), "progressive"},
+                        Case{JpegWithSampling(photo, TJSAMP_411), "sampling factors 41 11 11"},
+                        Case{MustJpeg(gray, {.quality = 90}), "1 components"},
+                        Case{CmykJpeg(photo, 90), "4 components"},
+                        Case{MustPng(photo), "PNG"}}) {
+    Result<ImageHeader> h = ReadImageHeader(c.bytes);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    const Status s = CheckGpuDecodable(*h);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.why;
+    EXPECT_NE(s.message().find(c.why), std::string::npos) << s.message();
+  }
+}
+
 }  // namespace
 }  // namespace carpool

@@ -137,6 +137,9 @@ std::string RenderPrometheus(const EngineSnapshot& s) {
          "Sum of the scheduler's reference counts: decided uses not yet delivered")
       .Add(s.refcount_total);
   if (s.gpus.empty()) return out;
+  Family(&out, "carpool_gpu_decode_cpu_fallbacks_total", "counter",
+         "GPU jobs' samples the workers prepared on the CPU: streams GPU decode does not take")
+      .Add(s.gpu_decode_cpu_fallbacks);
   // One family at a time, each with a sample per device.
   const auto per_gpu = [&](std::string_view name, std::string_view type, std::string_view help,
                            uint64_t GpuCounters::*field) {
@@ -151,6 +154,23 @@ std::string RenderPrometheus(const EngineSnapshot& s) {
           "Batch images whose sample was already on the device", &GpuCounters::resident_hits);
   per_gpu("carpool_gpu_pool_bytes", "gauge", "Device bytes held by jobs' batch slots",
           &GpuCounters::pool_bytes);
+  {
+    // The backend is a label: "hardware" (the JPEG engines), "gpu-hybrid", or "cpu" (no nvJPEG).
+    Family f(&out, "carpool_gpu_decodes_total", "counter",
+             "Encoded samples decoded by nvJPEG on the device");
+    for (const GpuCounters& g : s.gpus) {
+      f.Add(g.gpu_decodes, {{"device", fmt::format("{}", g.device)},
+                            {"backend", g.decoder.empty() ? "cpu" : g.decoder}});
+    }
+  }
+  per_gpu("carpool_gpu_build_cpu_decodes_total", "counter",
+          "Encoded samples a GPU's build decoded on the CPU (streams nvJPEG refused at decode)",
+          &GpuCounters::cpu_fallbacks);
+  per_gpu("carpool_gpu_decoded_bytes_total", "counter",
+          "Encoded bytes read from the host cache's encoded tier for GPU decode",
+          &GpuCounters::decoded_bytes);
+  per_gpu("carpool_gpu_undecodable_total", "counter",
+          "Encoded samples neither nvJPEG nor the CPU could decode", &GpuCounters::undecodable);
   return out;
 }
 

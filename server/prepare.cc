@@ -8,6 +8,7 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "server/exact_resize.h"
 #include "server/image_codec.h"
 
 namespace carpool {
@@ -32,6 +33,11 @@ Status CheckSpec(const PrepareSpec& spec) {
   if (spec.raw && (spec.resize > 0 || spec.crop > 0)) {
     return Status::InvalidArgument(fmt::format(
         "prepare spec \"{}\": raw cannot be combined with resize or crop", spec.ToString()));
+  }
+  if (spec.gpu_decode && (spec.raw || spec.channels != 3)) {
+    return Status::InvalidArgument(fmt::format(
+        "prepare spec \"{}\": decode=gpu needs RGB images (channels=3, not raw)",
+        spec.ToString()));
   }
   if (spec.resize < 0 || spec.crop < 0) {
     return Status::InvalidArgument(fmt::format(
@@ -95,6 +101,14 @@ Result<PreparedShape> PrepareRaw(const PrepareSpec& spec, std::span<const uint8_
   return raw_shape;
 }
 
+// InvalidArgument when dst cannot hold the pixels of `shape`.
+Status CheckRoom(const PreparedShape& shape, std::span<const uint8_t> dst) {
+  if (dst.size() >= shape.bytes()) return Status::OK();
+  return Status::InvalidArgument(
+      fmt::format("destination holds {} bytes, the prepared {}x{}x{} image needs {}", dst.size(),
+                  shape.height, shape.width, shape.channels, shape.bytes()));
+}
+
 // The frame size, from the header when there is one, else by decoding the whole image.
 Result<ImageHeader> SourceSize(std::span<const uint8_t> encoded, int channels) {
   Result<ImageHeader> header = ReadImageHeader(encoded);
@@ -125,7 +139,64 @@ Result<PreparedShape> PreparedShapeFor(const PrepareSpec& spec, std::span<const 
   if (!info.ok()) return info.status();
   Result<Geometry> g = GeometryFor(spec, info->width, info->height);
   if (!g.ok()) return g.status();
-  return PreparedShape{g->out_height, g->out_width, spec.channels};
+  PreparedShape shape{g->out_height, g->out_width, spec.channels};
+  if (spec.gpu_decode && CheckGpuDecodable(*info).ok()) {
+    shape.encoded_bytes = static_cast<uint32_t>(encoded.size());
+  }
+  return shape;
+}
+
+Result<ResizeCropGeometry> ResizeCropFor(const PrepareSpec& spec, int src_width, int src_height) {
+  Result<Geometry> g = GeometryFor(spec, src_width, src_height);
+  if (!g.ok()) return g.status();
+  ResizeCropGeometry r;
+  r.src_width = src_width;
+  r.src_height = src_height;
+  r.resized_width = g->resized_width;
+  r.resized_height = g->resized_height;
+  r.crop_x = g->crop_x;
+  r.crop_y = g->crop_y;
+  r.out_width = g->out_width;
+  r.out_height = g->out_height;
+  return r;
+}
+
+namespace {
+
+// decode=gpu on the CPU: full-size decode with replicated chroma, then the exact box filter.
+Result<PreparedShape> PrepareGpuPixelsInto(const PrepareSpec& spec,
+                                           std::span<const uint8_t> encoded,
+                                           std::span<uint8_t> dst) {
+  Result<cv::Mat> decoded =
+      DecodeImage(encoded, spec.channels, /*jpeg_factor=*/1, /*jpeg_fast_upsample=*/true);
+  if (!decoded.ok()) return decoded.status();
+  Result<ResizeCropGeometry> g = ResizeCropFor(spec, decoded->cols, decoded->rows);
+  if (!g.ok()) return g.status();
+  const PreparedShape shape{g->out_height, g->out_width, spec.channels};
+  if (Status s = CheckRoom(shape, dst); !s.ok()) return s;
+  ExactResizeCrop(*g, decoded->data, decoded->step, spec.channels, dst.data());
+  return shape;
+}
+
+}  // namespace
+
+Result<PreparedImage> PrepareGpuPixelsOnCpu(const PrepareSpec& spec,
+                                           std::span<const uint8_t> encoded) {
+  if (!spec.gpu_decode) {
+    return Status::InvalidArgument(
+        fmt::format("prepare spec \"{}\" is not a decode=gpu spec", spec.ToString()));
+  }
+  Result<PreparedShape> shape = PreparedShapeFor(spec, encoded);
+  if (!shape.ok()) return shape.status();
+  PreparedImage image{shape->pixels(), std::vector<uint8_t>(shape->bytes())};
+  Result<PreparedShape> written = PrepareGpuPixelsInto(spec, encoded, image.pixels);
+  if (!written.ok()) return written.status();
+  if (!(*written == image.shape)) {
+    return Status::Corruption(fmt::format(
+        "decoded image gives {}x{} but its header said {}x{}", written->width, written->height,
+        image.shape.width, image.shape.height));
+  }
+  return image;
 }
 
 Result<PreparedShape> PrepareInto(const PrepareSpec& spec, std::span<const uint8_t> encoded,
@@ -134,6 +205,19 @@ Result<PreparedShape> PrepareInto(const PrepareSpec& spec, std::span<const uint8
   if (spec.raw) return PrepareRaw(spec, encoded, &dst, raw_shape);
   Result<ImageHeader> info = ReadImageHeader(encoded);
   if (!info.ok()) return info.status();
+  if (spec.gpu_decode) {
+    if (CheckGpuDecodable(*info).ok()) {  // the encoded tier: the GPU decodes it
+      Result<PreparedShape> shape = PreparedShapeFor(spec, encoded);
+      if (!shape.ok()) return shape.status();
+      if (dst.size() < encoded.size()) {
+        return Status::InvalidArgument(fmt::format(
+            "destination holds {} bytes, the encoded JPEG needs {}", dst.size(), encoded.size()));
+      }
+      std::memcpy(dst.data(), encoded.data(), encoded.size());
+      return shape;
+    }
+    return PrepareGpuPixelsInto(spec, encoded, dst);
+  }
   const int factor =
       info->format == ImageFormat::kJpeg ? ReducedDecodeFactor(spec, info->width, info->height) : 1;
   Result<cv::Mat> decoded = DecodeImage(encoded, spec.channels, factor);
@@ -153,11 +237,7 @@ Result<PreparedShape> PrepareInto(const PrepareSpec& spec, std::span<const uint8
   Result<Geometry> g = GeometryFor(spec, info->width, info->height);
   if (!g.ok()) return g.status();
   const PreparedShape shape{g->out_height, g->out_width, spec.channels};
-  if (dst.size() < shape.bytes()) {
-    return Status::InvalidArgument(
-        fmt::format("destination holds {} bytes, the prepared {}x{}x{} image needs {}", dst.size(),
-                    shape.height, shape.width, shape.channels, shape.bytes()));
-  }
+  if (Status s = CheckRoom(shape, dst); !s.ok()) return s;
   try {
     cv::Mat resized = *decoded;
     if (resized.cols != g->resized_width || resized.rows != g->resized_height) {
@@ -180,7 +260,7 @@ Result<PreparedImage> PrepareSample(const PrepareSpec& spec, std::span<const uin
                                     PreparedShape raw_shape) {
   Result<PreparedShape> shape = PreparedShapeFor(spec, encoded, raw_shape);
   if (!shape.ok()) return shape.status();
-  PreparedImage image{*shape, std::vector<uint8_t>(shape->bytes())};
+  PreparedImage image{*shape, std::vector<uint8_t>(shape->stored_bytes())};
   Result<PreparedShape> written = PrepareInto(spec, encoded, image.pixels, raw_shape);
   if (!written.ok()) return written.status();
   return image;

@@ -298,5 +298,76 @@ TEST(PrepareTest, SourceSmallerThanCropIsInvalidArgument) {
       << got.status().ToString();
 }
 
+PrepareSpec GpuSpec(int resize, int crop) {
+  PrepareSpec spec = Spec(resize, crop);
+  spec.gpu_decode = true;
+  return spec;
+}
+
+std::vector<uint8_t> EncodeOrFail(const cv::Mat& bgr, const JpegEncodeOptions& options) {
+  Result<std::vector<uint8_t>> out = EncodeJpeg(bgr, ChannelOrder::kBgr, options);
+  EXPECT_TRUE(out.ok()) << out.status().ToString();
+  return out.ok() ? *out : std::vector<uint8_t>{};
+}
+
+// decode=gpu: the JPEGs GPU decode takes stay encoded (the encoded tier); progressive JPEGs,
+// PNGs and gray JPEGs are prepared on the CPU to the pixels a GPU would give.
+TEST(PrepareTest, GpuDecodeKeepsWhatTheGpuDecodesEncodedAndPreparesTheRest) {
+  const cv::Mat photo = MakePhoto(500, 375, 21);
+  const PrepareSpec spec = GpuSpec(256, 224);
+  const PreparedShape pixels{224, 224, 3};
+  for (bool subsample : {true, false}) {
+    const std::vector<uint8_t> jpeg = EncodeOrFail(photo, {.quality = 90, .subsample_chroma = subsample});
+    Result<PreparedShape> shape = PreparedShapeFor(spec, jpeg);
+    ASSERT_TRUE(shape.ok()) << shape.status().ToString();
+    EXPECT_EQ(shape->encoded_bytes, jpeg.size());
+    EXPECT_EQ(shape->pixels(), pixels);
+    Result<PreparedImage> stored = PrepareSample(spec, jpeg);
+    ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+    EXPECT_EQ(stored->shape, *shape);
+    EXPECT_EQ(stored->pixels, jpeg);  // the bytes themselves
+  }
+  cv::Mat gray;
+  cv::cvtColor(photo, gray, cv::COLOR_BGR2GRAY);
+  for (const std::vector<uint8_t>& other :
+       {EncodeOrFail(photo, {.quality = 90, .progressive = true}), Encode(photo, ".png"),
+        EncodeOrFail(gray, {.quality = 90})}) {
+    Result<PreparedShape> shape = PreparedShapeFor(spec, other);
+    ASSERT_TRUE(shape.ok()) << shape.status().ToString();
+    EXPECT_EQ(*shape, pixels);  // not encoded
+    Result<PreparedImage> prepared = PrepareSample(spec, other);
+    ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+    Result<PreparedImage> on_cpu = PrepareGpuPixelsOnCpu(spec, other);
+    ASSERT_TRUE(on_cpu.ok()) << on_cpu.status().ToString();
+    EXPECT_EQ(prepared->shape, pixels);
+    EXPECT_EQ(prepared->pixels, on_cpu->pixels);
+  }
+  const std::vector<uint8_t> jpeg = EncodeOrFail(photo, {.quality = 90});
+  const std::vector<uint8_t> cut(jpeg.begin(), jpeg.begin() + jpeg.size() / 2);
+  EXPECT_EQ(PreparedShapeFor(spec, cut).status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(PrepareGpuPixelsOnCpu(Spec(256, 224), jpeg).status().code(),
+            StatusCode::kInvalidArgument);  // not a decode=gpu spec
+}
+
+// The CPU's decode=gpu pixels: a full-size decode with replicated chroma, resized by the exact box
+// filter. Close to the CPU spec's pixels, and not equal to them: they are another prepared sample.
+TEST(PrepareTest, GpuPixelsOnCpuAreTheFastUpsampledDecodeResizedExactly) {
+  const std::vector<uint8_t> jpeg = EncodeOrFail(MakePhoto(500, 375, 22), {.quality = 90});
+  const PrepareSpec spec = GpuSpec(256, 224);
+  Result<cv::Mat> decoded = DecodeJpeg(jpeg, 3, 1, /*fast_upsample=*/true);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  Result<ResizeCropGeometry> g = ResizeCropFor(spec, 500, 375);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  std::vector<uint8_t> want(224 * 224 * 3);
+  ExactResizeCrop(*g, decoded->data, decoded->step, 3, want.data());
+  Result<PreparedImage> got = PrepareGpuPixelsOnCpu(spec, jpeg);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->pixels, want);
+  Result<PreparedImage> cpu = PrepareSample(Spec(256, 224), jpeg);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  EXPECT_NE(cpu->pixels, got->pixels);
+  EXPECT_GT(cv::PSNR(AsMat(*cpu), AsMat(*got)), 30.0);
+}
+
 }  // namespace
 }  // namespace carpool

@@ -101,7 +101,7 @@ void InstallCrashReport() {
 int Serve(int argc, char** argv) {
   std::string state_dir, socket, cache_size = "1GiB", policy = "refcnt", lease = "2s";
   std::string gpus = "all", gpu_cache_size = "2GiB", metrics, rank_join_timeout = "60s", group;
-  std::string pacing = "on";
+  std::string pacing = "on", gpu_decode = "auto", gpu_decode_memory = "512MiB";
   uint32_t workers = 0, max_jobs = ControlPlaneOptions{}.max_jobs;
   uint64_t lookahead = kDefaultLookahead, seed = 1, partition_seed = kDefaultPartitionSeed;
   po::options_description opts;
@@ -133,6 +133,12 @@ int Serve(int argc, char** argv) {
       "found, none without one)")(
       "gpu-cache-size", po::value(&gpu_cache_size),
       "device-resident sample area per GPU, e.g. 4GiB; 0 = upload every use (default 2GiB)")(
+      "gpu-decode", po::value(&gpu_decode),
+      "auto | on | off: decode GPU jobs' JPEGs on their GPU with nvJPEG (the JPEG engines where "
+      "the GPU has them); their samples are then prepared apart from CPU jobs' (decode=gpu, "
+      "docs/gpu.md). auto: where libnvjpeg loads; on: fail to start without it (default auto)")(
+      "gpu-decode-memory", po::value(&gpu_decode_memory),
+      "device memory per GPU for decoded images awaiting their resize (default 512MiB)")(
       "metrics", po::value(&metrics),
       "serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 (default off)")(
       "rank-join-timeout", po::value(&rank_join_timeout),
@@ -198,6 +204,18 @@ int Serve(int argc, char** argv) {
   Result<uint64_t> gpu_bytes = ParseByteCount("--gpu-cache-size", gpu_cache_size);
   if (!gpu_bytes.ok()) return Fail(gpu_bytes.status());
   eo.gpu_cache_bytes = *gpu_bytes;
+  Result<GpuDecode> decode = ParseGpuDecode(gpu_decode);
+  if (!decode.ok()) return Fail(decode.status());
+  eo.gpu_decode = *decode;
+  Result<uint64_t> decode_bytes = ParseByteCount("--gpu-decode-memory", gpu_decode_memory);
+  if (!decode_bytes.ok()) return Fail(decode_bytes.status());
+  if (*decode_bytes < (uint64_t{16} << 20)) {
+    return Fail(Status::InvalidArgument(fmt::format(
+        "--gpu-decode-memory {} is under 16 MiB; decoded photos take about 0.5 MiB each: use "
+        "at least 64MiB",
+        gpu_decode_memory)));
+  }
+  eo.gpu_decode_bytes = *decode_bytes;
   std::optional<MetricsAddress> metrics_address;
   if (!metrics.empty()) {
     Result<MetricsAddress> a = ParseMetricsAddress(metrics);

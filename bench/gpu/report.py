@@ -35,6 +35,12 @@ COLUMNS = [
     ("server CPU % of cores", lambda s, cp, bl: cp.get("server_cores_pct"), ".0f"),
     ("prep ÷ deliv", lambda s, cp, bl: cp.get("prep_per_delivery"), ".3f"),
     ("H2D B/img", lambda s, cp, bl: cp.get("h2d_bytes_per_image"), ".0f"),
+    ("decoder", lambda s, cp, bl: cp.get("decoder"), "s"),
+    ("GPU decodes", lambda s, cp, bl: (cp.get("gpu") or {}).get("gpu_decodes"), "d"),
+    ("JPEG util % mean/max",
+     lambda s, cp, bl: (lambda u: None if u.get("jpg_pct_mean") is None
+                        else f"{u['jpg_pct_mean']:.0f}/{u['jpg_pct_max']}")(
+                            cp.get("gpu_utilization") or {}), "s"),
     ("unique B/img", lambda s, cp, bl: cp.get("unique_bytes_per_image"), ".0f"),
 ]
 

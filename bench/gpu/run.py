@@ -15,6 +15,7 @@ import time
 from bench.common import (PREPARE, SAMPLE_BYTES, catalog_ids, ensure_jpegs, epoch_check,
                           import_carpool, order_z, pair_checks, tensorsocket_compat,
                           tensorsocket_producers, versions)
+from bench.gpu.dmon import Dmon
 from bench.gpu.jobs import (GpuUtilSampler, aggregate, batches_key, cpu_seconds, gpu_index,
                             ratio, run_jobs, tree_cpu_seconds)
 from bench.gpu.report import markdown
@@ -95,7 +96,8 @@ class Bench:
         cache = cache or a.caches[0]
         flags = {"workers": a.workers, "cache_size": cache["cache_size"], "lookahead": a.lookahead}
         if self.gpu is not None:
-            flags.update(gpus=gpus or str(self.gpu), gpu_cache_size=cache["gpu_cache_size"])
+            flags.update(gpus=gpus or str(self.gpu), gpu_cache_size=cache["gpu_cache_size"],
+                         gpu_decode=a.gpu_decode)
         return self.carpool.Server(self.state_dir, log=str(self.log_dir / f"server-{label}.log"),
                                    **flags)
 
@@ -109,11 +111,13 @@ class Bench:
             def before():
                 snap.update(stats=self.carpool.server_stats(socket=srv.socket),
                             cpu=cpu_seconds(srv.proc.pid))
-            results, ready, _ = run_jobs(specs, self.args.max_seconds, on_start=before, **kw)
+            with Dmon(self.gpu) as dmon:
+                results, ready, _ = run_jobs(specs, self.args.max_seconds, on_start=before, **kw)
             after = self.carpool.server_stats(socket=srv.socket)
             cpu = cpu_seconds(srv.proc.pid) - snap["cpu"]
         agg = aggregate(results, self.sampler)
         agg.update(server_deltas(snap["stats"], after, self.gpu or 0))
+        agg["gpu_utilization"] = dmon.summary()
         prep, deliv = agg["preparations"], agg["deliveries"]
         agg.update(server_cpu_s=cpu, server_cpu_ms_per_image=ratio(cpu * 1e3, deliv),
                    server_cores_pct=100 * cpu / agg["wall_s"] / self.cores,
@@ -387,6 +391,10 @@ def server_deltas(s0, s1, gpu):
         return out
     d = {k: g1[k] - g0[k] for k in ("batches", "images", "uploads", "upload_bytes",
                                      "resident_hits", "resident_evictions", "assemble_seconds")}
+    for k in ("gpu_decodes", "cpu_fallbacks", "decoded_bytes", "undecodable", "decode_seconds"):
+        if k in g1:  # servers with GPU decode (issue 23)
+            d[k] = g1[k] - g0.get(k, 0)
+    out.update(decoder=g1.get("decoder", "cpu"))
     out.update(gpu=d, resident_bytes=g1["resident_bytes"], pool_bytes=g1["pool_bytes"],
                h2d_bytes_per_image=ratio(d["upload_bytes"], deliv),
                unique_bytes_per_image=ratio(d["uploads"] * SAMPLE_BYTES, deliv),

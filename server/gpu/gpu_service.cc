@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "common/mutex.h"
+#include "server/gpu/batch_decoder.h"
 #include "server/gpu/cuda_check.h"
 #include "server/gpu/device_probe.h"
 #include "server/gpu/gpu_assembler.h"
@@ -126,15 +127,20 @@ class CudaGpuService : public GpuService {
                                                    uint64_t image_bytes) override;
   Status Build(const DeviceBatchRequest& request) override;
   GpuCounters Counters() const override;
+  const std::string& decoder() const override { return decoder_name_; }
 
  private:
   CudaGpuService(int device, std::string name, std::string pci, uint64_t resident_bytes)
       : device_(device), name_(std::move(name)), pci_(std::move(pci)), area_(resident_bytes) {}
   Status BuildLocked(const DeviceBatchRequest& request, const CudaDeviceSlots& slots) REQUIRES(mu_);
+  // Decodes the encoded samples of a build into their blocks (GPU decode).
+  Status DecodeLocked(const DeviceBatchRequest& request,
+                      std::span<const gpu::DecodeTarget> targets) REQUIRES(mu_);
 
   const int device_;
   const std::string name_, pci_;
   ResidentArea::NextUseFn next_use_;
+  std::string decoder_name_;  // empty: this GPU does not decode; fixed at creation
 
   Mutex mu_;  // serializes Build: the stream, the assembler and the resident area
   std::unique_ptr<gpu::GpuAssembler> assembler_ GUARDED_BY(mu_);
@@ -143,11 +149,15 @@ class CudaGpuService : public GpuService {
   gpu::DeviceBuffer area_memory_;
   ResidentArea area_ GUARDED_BY(mu_);
   gpu::PinnedHostBuffer label_staging_ GUARDED_BY(mu_);
+  std::unique_ptr<gpu::BatchDecoder> decode_ GUARDED_BY(mu_);  // null when decoder_name_ is empty
+  gpu::DeviceBuffer prepared_scratch_ GUARDED_BY(mu_);  // decoded samples that found no block
 
   std::atomic<uint64_t> batches_{0}, images_{0}, uploads_{0}, upload_bytes_{0};
   std::atomic<uint64_t> resident_hits_{0}, resident_evictions_{0}, resident_bytes_{0};
   std::atomic<uint64_t> pool_bytes_{0}, pool_slots_{0};
   std::atomic<uint64_t> assemble_ns_{0};
+  std::atomic<uint64_t> gpu_decodes_{0}, cpu_fallbacks_{0}, decoded_bytes_{0}, undecodable_{0};
+  std::atomic<uint64_t> decode_ns_{0};
 };
 
 // Not analyzed: the new object is not shared yet, so its guarded members need no lock.
@@ -204,12 +214,29 @@ Result<std::unique_ptr<CudaGpuService>> CudaGpuService::Create(
     }
     svc->area_memory_ = std::move(*area);
   }
-  log::Info("GPU {} ({}, {}): serving; cache segment {}, resident area {} bytes", device,
-            svc->name_, svc->pci_,
+  if (options.gpu_decode != GpuDecode::kOff) {
+    // Batches of up to 256 JPEGs: the engines' throughput is flat beyond (docs/gpu.md).
+    Result<std::unique_ptr<gpu::JpegDecoder>> decoder = gpu::JpegDecoder::Create(256);
+    if (decoder.ok()) {
+      svc->decoder_name_ = gpu::JpegBackendName((*decoder)->backend());
+      svc->decode_ =
+          std::make_unique<gpu::BatchDecoder>(std::move(*decoder), options.decode_bytes);
+    } else if (options.gpu_decode == GpuDecode::kOn) {
+      return Status(decoder.status().code(),
+                    fmt::format("--gpu-decode on: GPU {} cannot decode JPEGs: {}", device,
+                                decoder.status().message()));
+    } else {
+      log::Info("GPU {}: JPEGs are decoded on the CPU (GPU decode unavailable: {})", device,
+                decoder.status().message());
+    }
+  }
+  log::Info("GPU {} ({}, {}): serving; cache segment {}, resident area {} bytes, decode {}",
+            device, svc->name_, svc->pci_,
             options.host_region.empty() ? "absent (--cache-size 0)"
             : register_host             ? "registered for DMA (all GPUs)"
                                         : "registered for DMA by the first GPU served",
-            svc->area_.capacity());
+            svc->area_.capacity(),
+            svc->decoder_name_.empty() ? "on the CPU" : "nvJPEG " + svc->decoder_name_);
   return svc;
 }
 
@@ -292,6 +319,7 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
   // upload however many jobs use them while they stay), or left to the assembler's staging when
   // the area has no room.
   std::vector<const uint8_t*> sources(n, nullptr);
+  std::vector<PreparedView> views(request.samples.begin(), request.samples.end());
   const std::unordered_set<uint32_t> in_use(request.sample_ids.begin(), request.sample_ids.end());
   std::unordered_map<uint32_t, const uint8_t*> placed;  // uploaded by this call
   auto* area = static_cast<uint8_t*>(area_memory_.data());
@@ -299,10 +327,16 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
   std::vector<void*> copy_dst;
   std::vector<const void*> copy_src;
   std::vector<size_t> copy_bytes;
+  // Encoded (decode=gpu) samples to decode: into a resident block, or the scratch at an offset.
+  std::vector<gpu::DecodeTarget> decodes;
+  std::vector<std::pair<size_t, uint64_t>> scratch_decodes;  // (index in decodes, offset)
+  std::unordered_map<uint32_t, size_t> scratch_index;        // id -> index in decodes
+  uint64_t scratch_bytes = 0;
   for (size_t i = 0; i < n; ++i) {
     const uint32_t id = request.sample_ids[i];
     const PreparedView& view = request.samples[i];
     const uint64_t bytes = view.shape.bytes();
+    views[i].shape = view.shape.pixels();
     if (auto it = placed.find(id); it != placed.end()) {
       sources[i] = it->second;
       continue;
@@ -314,15 +348,28 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
         continue;
       }
       if (std::optional<uint64_t> at = area_.Place(id, bytes, in_use, next_use_)) {
+        sources[i] = area + *at;
+        placed[id] = sources[i];
+        if (view.shape.encoded()) {
+          decodes.push_back({i, {view.data, view.shape.encoded_bytes}, views[i].shape, area + *at});
+          continue;
+        }
         copy_dst.push_back(area + *at);
         copy_src.push_back(view.data);
         copy_bytes.push_back(bytes);
-        sources[i] = area + *at;
-        placed[id] = sources[i];
         ++uploads;
         upload_bytes += bytes;
         continue;
       }
+    }
+    if (view.shape.encoded()) {  // no block: decoded into the scratch for this build only
+      if (scratch_index.count(id) == 0) {
+        scratch_index[id] = decodes.size();
+        scratch_decodes.emplace_back(decodes.size(), scratch_bytes);
+        decodes.push_back({i, {view.data, view.shape.encoded_bytes}, views[i].shape, nullptr});
+        scratch_bytes += (bytes + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+      }
+      continue;
     }
     // No resident block: the assembler uploads it through staging (counted from its stats).
   }
@@ -330,8 +377,30 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
     for (auto [id, where] : placed) area_.Erase(id);
     return s;
   }
+  if (!decodes.empty()) {
+    if (prepared_scratch_.bytes() < scratch_bytes) {
+      prepared_scratch_.Reset();
+      Result<gpu::DeviceBuffer> buf = gpu::DeviceBuffer::Allocate(scratch_bytes);
+      if (!buf.ok()) {
+        for (auto [id, where] : placed) area_.Erase(id);
+        return buf.status();
+      }
+      prepared_scratch_ = std::move(*buf);
+    }
+    auto* scratch = static_cast<uint8_t*>(prepared_scratch_.data());
+    for (auto [k, offset] : scratch_decodes) decodes[k].dst = scratch + offset;
+    for (size_t i = 0; i < n; ++i) {
+      if (sources[i] == nullptr && request.samples[i].shape.encoded()) {
+        sources[i] = decodes[scratch_index.at(request.sample_ids[i])].dst;
+      }
+    }
+    if (Status s = DecodeLocked(request, decodes); !s.ok()) {
+      for (auto [id, where] : placed) area_.Erase(id);
+      return s;
+    }
+  }
   uint8_t* base = slots.SlotBase(request.slot);
-  const gpu::JobBatchRequest job{*request.spec, request.samples, request.seeds, base,
+  const gpu::JobBatchRequest job{*request.spec, views, request.seeds, base,
                                  slots.labels_offset()};
   const std::span<const uint8_t* const> job_sources(sources);
   Result<gpu::AssembleStats> stats =
@@ -368,6 +437,38 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
   return Status::OK();
 }
 
+Status CudaGpuService::DecodeLocked(const DeviceBatchRequest& request,
+                                    std::span<const gpu::DecodeTarget> targets) {
+  if (request.prepare == nullptr || request.undecodable == nullptr) {
+    return Status::InvalidArgument(fmt::format(
+        "GPU {}: a batch with {} encoded samples needs their prepare spec and a list for the "
+        "undecodable ones",
+        device_, targets.size()));
+  }
+  if (!decode_) {  // a GPU without nvJPEG got encoded samples: the CPU decodes them
+    decode_ = std::make_unique<gpu::BatchDecoder>(nullptr, 0);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  gpu::DecodeCounts counts;
+  std::vector<std::pair<size_t, Status>> failed;
+  Status s = decode_->Decode(*request.prepare, targets, stream_.get(), &failed, &counts);
+  decode_ns_ += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now() - start)
+                                          .count());
+  gpu_decodes_ += counts.gpu;
+  cpu_fallbacks_ += counts.cpu;
+  decoded_bytes_ += counts.bytes;
+  undecodable_ += counts.failed;
+  if (!s.ok()) return s;
+  if (failed.empty()) return Status::OK();
+  for (auto& [index, why] : failed) {
+    area_.Erase(request.sample_ids[index]);  // never resident with pixels it does not have
+    request.undecodable->emplace_back(index, std::move(why));
+  }
+  return Status::Corruption(fmt::format("GPU {}: {} of the batch's {} samples do not decode",
+                                        device_, failed.size(), request.samples.size()));
+}
+
 // Not analyzed: area_.capacity() is fixed at creation, and taking mu_ would wait out a build.
 GpuCounters CudaGpuService::Counters() const NO_THREAD_SAFETY_ANALYSIS {
   GpuCounters c;
@@ -384,6 +485,12 @@ GpuCounters CudaGpuService::Counters() const NO_THREAD_SAFETY_ANALYSIS {
   c.pool_bytes = pool_bytes_.load();
   c.pool_slots = pool_slots_.load();
   c.assemble_seconds = static_cast<double>(assemble_ns_.load()) * 1e-9;
+  c.decoder = decoder_name_;
+  c.gpu_decodes = gpu_decodes_.load();
+  c.cpu_fallbacks = cpu_fallbacks_.load();
+  c.decoded_bytes = decoded_bytes_.load();
+  c.undecodable = undecodable_.load();
+  c.decode_seconds = static_cast<double>(decode_ns_.load()) * 1e-9;
   return c;
 }
 

@@ -16,6 +16,7 @@
 
 #include "server/gpu/cuda_check.h"
 #include "server/gpu/device_probe.h"
+#include "server/gpu/test_photo.h"
 
 namespace carpool::gpu {
 namespace {
@@ -29,24 +30,6 @@ constexpr int kMaxDiffFastUpsampling = 4;
 constexpr double kMeanDiffDefault = 1.25;
 constexpr double kP999DiffDefault = 24;
 
-// A photo-like RGB image: gradients, hard edges and sensor noise (as the bench set's JPEGs).
-std::vector<uint8_t> Photo(int w, int h, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> noise(0, 12);
-  std::vector<uint8_t> rgb(size_t(w) * h * 3);
-  const int cx = int(rng() % w), cy = int(rng() % h), r = 20 + int(rng() % 80);
-  for (int y = 0; y < h; ++y) {
-    for (int x = 0; x < w; ++x) {
-      const bool disc = (x - cx) * (x - cx) + (y - cy) * (y - cy) < r * r;
-      const float base[3] = {255.f * x / w, 255.f * y / h, disc ? 230.f : 40.f};
-      for (int c = 0; c < 3; ++c) {
-        rgb[(size_t(y) * w + x) * 3 + c] =
-            static_cast<uint8_t>(std::clamp(base[c] + noise(rng), 0.f, 255.f));
-      }
-    }
-  }
-  return rgb;
-}
 
 std::vector<uint8_t> Encode(const std::vector<uint8_t>& rgb, int w, int h, int flags = 0) {
   tjhandle tj = tjInitCompress();

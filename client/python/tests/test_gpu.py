@@ -2,9 +2,14 @@
 
 Checks byte equality with the CPU path for several transforms and dtypes, that a sample shared by
 jobs on one GPU crosses PCIe once, that tensors are writable and private, that a kill -9 of a job
-leaks no device memory, and the device errors. Skips, with a message, where torch sees no GPU.
+leaks no device memory, and the device errors. These run with --gpu-decode off: decode stays on
+the CPU, so GPU and CPU batches are byte-identical. GpuDecodeTest (issue 23) runs --gpu-decode on:
+the GPU job's pixels against the CPU's decode=gpu pixels, within tolerance of the CPU decode,
+fallbacks for PNG and progressive JPEGs, a damaged JPEG skipped, GPU and CPU jobs together.
+Skips, with a message, where torch sees no GPU.
 """
 
+import collections
 import json
 import os
 import pathlib
@@ -50,7 +55,8 @@ class GpuServer:
                         "--size", "96x80", "--classes", "4", "-q"], check=True)
         carpool.cli("dataset", "add", "jpegs", "--dir", str(images), "--prepare",
                     "resize=64,crop=64", "--quiet", state_dir=self.state)
-        base = dict(cache_size="64MiB", workers=4, lease="1s", gpus="0", gpu_cache_size="64MiB")
+        base = dict(cache_size="64MiB", workers=4, lease="1s", gpus="0", gpu_cache_size="64MiB",
+                    gpu_decode="off")
         base.update(flags)
         self.server = carpool.Server(self.state, log=str(self.state / "server.log"), **base)
         self.server.start()
@@ -250,6 +256,122 @@ class NoGpuServerTest(unittest.TestCase):
             self.assertEqual(n, COUNT)
         finally:
             srv.close()
+
+def by_sample_pixels(loader):
+    """(epoch, sample id) -> uint8 HWC image (on the host) over every batch of the loader."""
+    out = {}
+    for epoch in range(loader.epochs):
+        for images, _ in loader:
+            host = images.cpu()
+            for i, sid in enumerate(loader.ids.tolist()):
+                out[(epoch, sid)] = host[i].clone()
+    return out
+
+
+class GpuDecodeTest(unittest.TestCase):
+    """--gpu-decode on: the GPU job's JPEGs decoded by nvJPEG and resized on the GPU."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = GpuServer(gpu_decode="on")  # fails to start where libnvjpeg does not load
+        # The same files as the decode=gpu prepared samples, for a CPU job to read.
+        carpool.cli("dataset", "add", "jpegs-gpu", "--dir", str(cls.srv.state / "images"),
+                    "--prepare", "resize=64,crop=64,decode=gpu", "--quiet", state_dir=cls.srv.state)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.close()
+
+    def loader(self, name, **kw):
+        kw.setdefault("socket", self.srv.socket)
+        kw.setdefault("timeout", 20.0)
+        kw.setdefault("transform", "uint8|nhwc")
+        kw.setdefault("seed", 3)
+        return carpool.Loader(name, **kw)
+
+    def test_gpu_pixels_are_the_cpu_decode_gpu_pixels(self):
+        g0 = self.srv.stats()["gpus"][0]
+        self.assertIn(g0["decoder"], ("hardware", "gpu-hybrid"))
+        with self.loader("jpegs", batch_size=16, device="cuda:0") as gpu:
+            jobs = self.srv.stats()["jobs"]
+            self.assertEqual([j["decoder"] for j in jobs], ["gpu-" + g0["decoder"]])
+            self.assertTrue(jobs[0]["prepare_spec"].endswith("decode=gpu"), jobs[0])
+            got = by_sample_pixels(gpu)
+        with self.loader("jpegs-gpu", batch_size=32) as cpu:
+            want = by_sample_pixels(cpu)
+        self.assertEqual(set(got), set(want))
+        self.assertEqual(len(want), COUNT)
+        worst = max(int((got[k].int() - want[k].int()).abs().max()) for k in want)
+        print(f"\n  GPU decode ({g0['decoder']}) vs the CPU's decode=gpu pixels: max {worst}")
+        # The JPEG engines give libjpeg-turbo's fast-upsampled bytes; the hybrid backend's IDCT
+        # differs by a few levels (docs/gpu.md).
+        self.assertLessEqual(worst, 0 if g0["decoder"] == "hardware" else 3)
+        g1 = self.srv.stats()["gpus"][0]
+        self.assertGreaterEqual(g1["gpu_decodes"] - g0["gpu_decodes"], COUNT)
+
+    def test_gpu_pixels_are_within_tolerance_of_the_cpu_decode(self):
+        with self.loader("jpegs", batch_size=16, device="cuda:0") as gpu, \
+                self.loader("jpegs", batch_size=32) as cpu:
+            got = by_sample_pixels(gpu)
+            want = by_sample_pixels(cpu)
+        diffs = torch.stack([(got[k].int() - want[k].int()).abs() for k in want]).float()
+        print(f"\n  GPU decode vs CPU decode: mean {diffs.mean():.3f}, max {diffs.max():.0f}")
+        self.assertLess(float(diffs.mean()), 2.0)
+
+    def test_gpu_and_cpu_jobs_together_get_exact_epochs(self):
+        with self.loader("jpegs", batch_size=16, epochs=2, device="cuda:0") as gpu, \
+                self.loader("jpegs", batch_size=24, epochs=2) as cpu:
+            its = {"gpu": iter(gpu), "cpu": iter(cpu)}
+            ids = {"gpu": [], "cpu": []}
+            loaders = {"gpu": gpu, "cpu": cpu}
+            while its:
+                for name in list(its):
+                    try:
+                        next(its[name])
+                        ids[name] += loaders[name].ids.tolist()
+                    except StopIteration:
+                        if loaders[name].epoch >= 2:
+                            del its[name]
+                        else:
+                            its[name] = iter(loaders[name])
+        for name in ("gpu", "cpu"):
+            counts = collections.Counter(ids[name])
+            self.assertEqual(len(counts), COUNT, name)
+            self.assertEqual(set(counts.values()), {2}, name)  # each sample once an epoch
+
+    def test_png_and_progressive_fall_back_and_a_damaged_jpeg_is_skipped(self):
+        try:
+            from PIL import Image
+        except ImportError:
+            self.skipTest("no PIL to write PNG and progressive JPEG files")
+        folder = self.srv.state / "mixed" / "a"
+        folder.mkdir(parents=True)
+        src = sorted((self.srv.state / "images").rglob("*.jpg"))[:12]
+        for i, path in enumerate(src):
+            (folder / f"{i:02d}.jpg").write_bytes(path.read_bytes())
+        img = Image.open(src[0]).convert("RGB")
+        img.save(folder / "png.png")
+        img.save(folder / "progressive.jpg", quality=90, progressive=True)
+        bad = bytearray(src[1].read_bytes())
+        sof = bad.find(b"\xff\xc0")
+        bad[sof + 12] = 3  # the first component names an undefined quantization table
+        (folder / "damaged.jpg").write_bytes(bytes(bad))
+        carpool.cli("dataset", "add", "mixed", "--dir", str(self.srv.state / "mixed"),
+                    "--prepare", "resize=64,crop=64", "--quiet", state_dir=self.srv.state)
+        g0 = self.srv.stats()["gpus"][0]
+        with self.loader("mixed", batch_size=5, device="cuda:0") as gpu:
+            n = skipped = 0
+            for images, _ in gpu:
+                n += images.shape[0]
+                skipped += gpu.skipped
+        g1 = self.srv.stats()["gpus"][0]
+        self.assertEqual(n, 14)  # 12 copies, the PNG and the progressive JPEG
+        self.assertEqual(skipped, 1)
+        # The PNG and the progressive JPEG are prepared on the CPU by the workers (decode=gpu
+        # pixels), the damaged one fails both decoders in the GPU's build.
+        self.assertGreaterEqual(self.srv.stats()["gpu_decode_cpu_fallbacks"], 2)
+        self.assertGreaterEqual(g1["gpu_decodes"] - g0["gpu_decodes"], 12)
+        self.assertEqual(g1["undecodable"] - g0["undecodable"], 1)
 
 
 if __name__ == "__main__":
