@@ -210,6 +210,13 @@ void Engine::UpdateCapacity() {
   uint64_t samples = c.capacity_bytes / std::max<uint64_t>(1, c.bytes_used / c.entries);
   most_entries_ = std::max(most_entries_, c.entries);
   if (c.evictions > 0) samples = std::min(samples, most_entries_);
+  // GPU decode: the cache holds encoded samples, but a decode is shared only while its pixels
+  // stay in the GPU's resident area, which may hold fewer: pace by the smaller.
+  for (const auto& gpu : gpus_) {
+    if (const uint64_t held = gpu->DecodedSamplesHeld(); held > 0) {
+      samples = std::min(samples, held);
+    }
+  }
   scheduler_->SetCapacity(samples);
 }
 

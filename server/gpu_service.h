@@ -100,6 +100,9 @@ class GpuService {
   // The GPU decode backend ("hardware", "gpu-hybrid"), or empty when this GPU does not decode:
   // its jobs then get the CPU's prepared samples. Fixed at creation.
   virtual const std::string& decoder() const = 0;
+  // The decoded samples its resident area holds (capacity over the mean block), 0 before its
+  // first GPU decode: a decoded sample is shared only while it stays there. O(1), no lock.
+  virtual uint64_t DecodedSamplesHeld() const = 0;
 };
 
 struct GpuServiceOptions {

@@ -3,12 +3,27 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
 
 namespace carpool::gpu {
 namespace {
 
 constexpr uint64_t kAlign = 256;
 uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Adds the seconds from its construction to its end to *into.
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(double* into) : into_(into), start_(std::chrono::steady_clock::now()) {}
+  ~PhaseTimer() {
+    *into_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  double* into_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 }  // namespace
 
@@ -86,6 +101,7 @@ Status BatchDecoder::DecodeOnGpu(const PrepareSpec& spec,
     outs[i] = base + offsets[i];
   }
   std::vector<bool> decoded(n, true);
+  std::optional<PhaseTimer> timer(std::in_place, &counts->decode_s);
   if (!decoder_->DecodeBatch(streams, outs, pitches, stream).ok()) {
     // One bad stream fails its whole batch: find it by decoding one at a time.
     for (size_t i = 0; i < n; ++i) {
@@ -93,6 +109,7 @@ Status BatchDecoder::DecodeOnGpu(const PrepareSpec& spec,
                        .ok();
     }
   }
+  timer.emplace(&counts->resize_s);
   std::vector<ResizeImage> images;
   images.reserve(n);
   for (size_t i = 0; i < n; ++i) {
@@ -116,6 +133,7 @@ Status BatchDecoder::Decode(const PrepareSpec& spec, std::span<const DecodeTarge
                             DecodeCounts* counts) {
   std::vector<const DecodeTarget*> gpu, cpu;
   std::vector<JpegFacts> facts;
+  std::optional<PhaseTimer> timer(std::in_place, &counts->inspect_s);
   for (const DecodeTarget& t : targets) {
     counts->bytes += t.encoded.size();
     if (decoder_) {
@@ -128,6 +146,7 @@ Status BatchDecoder::Decode(const PrepareSpec& spec, std::span<const DecodeTarge
     }
     cpu.push_back(&t);
   }
+  timer.reset();
   // Decode batches bounded by nvJPEG's batch and by the scratch cap (at least one image each).
   for (size_t at = 0; at < gpu.size();) {
     uint64_t bytes = 0;
@@ -143,13 +162,16 @@ Status BatchDecoder::Decode(const PrepareSpec& spec, std::span<const DecodeTarge
         !s.ok()) {
       return s;
     }
+    at = end;
+    if (at == gpu.size()) break;
     // The scratch and the descriptor table are reused by the next decode batch.
+    PhaseTimer wait(&counts->wait_s);
     if (Status s = CudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize(decode)");
         !s.ok()) {
       return s;
     }
-    at = end;
   }
+  timer.emplace(&counts->cpu_s);
   std::vector<PreparedImage> host;  // alive until the copies below have completed
   host.reserve(cpu.size());
   for (const DecodeTarget* t : cpu) {
@@ -175,6 +197,8 @@ Status BatchDecoder::Decode(const PrepareSpec& spec, std::span<const DecodeTarge
     }
     ++counts->cpu;
   }
+  if (host.empty()) return Status::OK();  // the caller's later work is ordered after ours
+  timer.emplace(&counts->wait_s);
   return CudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize(decode)");
 }
 

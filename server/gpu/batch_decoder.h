@@ -36,6 +36,9 @@ struct DecodeTarget {
 
 struct DecodeCounts {
   uint64_t gpu = 0, cpu = 0, bytes = 0, failed = 0;
+  // Wall time by phase: nvJPEG's header parse (Inspect), the decode call, the resize launch,
+  // the CPU side, and waiting for the stream.
+  double inspect_s = 0, decode_s = 0, resize_s = 0, cpu_s = 0, wait_s = 0;
 };
 
 class BatchDecoder {
@@ -47,8 +50,9 @@ class BatchDecoder {
   // "hardware", "gpu-hybrid", or "cpu" without an nvJPEG decoder.
   std::string backend() const;
 
-  // Decodes every target into its dst, enqueued on `stream`; returns after the stream has
-  // finished them (the CPU side's host buffers must outlive the copies). Targets neither nvJPEG
+  // Decodes every target into its dst, enqueued on `stream`: work the caller enqueues after it
+  // on the stream sees the pixels (it returns after the stream has finished only when the CPU
+  // decoded some, whose host buffers must outlive their copies). Targets neither nvJPEG
   // nor the CPU decodes, or whose decoded size disagrees with shape, go to `failed` with why;
   // the others are done. A CUDA error fails the whole call.
   // Cost: the CPU parse of each header, the decode (~30-40 us an image on the JPEG engines), one

@@ -99,6 +99,7 @@ TEST_F(BatchDecoderTest, GivesTheCpuPixelsOfTheDecodeGpuSpecAndReportsWhatItCann
   EXPECT_EQ(counts.failed, 1u);
   std::printf("damaged: %s\n", failed[0].second.ToString().c_str());
 
+  ASSERT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
   std::vector<uint8_t> host(files.size() * shape.bytes());
   ASSERT_EQ(cudaMemcpy(host.data(), out->data(), host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
   int worst = 0;

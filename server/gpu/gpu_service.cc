@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -128,6 +129,11 @@ class CudaGpuService : public GpuService {
   Status Build(const DeviceBatchRequest& request) override;
   GpuCounters Counters() const override;
   const std::string& decoder() const override { return decoder_name_; }
+  uint64_t DecodedSamplesHeld() const override {
+    const uint64_t blocks = resident_blocks_.load(), bytes = resident_bytes_.load();
+    if (gpu_decodes_.load() == 0 || blocks == 0 || bytes == 0) return 0;
+    return resident_capacity_ / std::max<uint64_t>(1, bytes / blocks);
+  }
 
  private:
   CudaGpuService(int device, std::string name, std::string pci, uint64_t resident_bytes)
@@ -158,6 +164,8 @@ class CudaGpuService : public GpuService {
   std::atomic<uint64_t> assemble_ns_{0};
   std::atomic<uint64_t> gpu_decodes_{0}, cpu_fallbacks_{0}, decoded_bytes_{0}, undecodable_{0};
   std::atomic<uint64_t> decode_ns_{0};
+  std::atomic<uint64_t> resident_blocks_{0};
+  uint64_t resident_capacity_ = 0;  // fixed at creation
 };
 
 // Not analyzed: the new object is not shared yet, so its guarded members need no lock.
@@ -189,6 +197,7 @@ Result<std::unique_ptr<CudaGpuService>> CudaGpuService::Create(
   std::unique_ptr<CudaGpuService> svc(
       new CudaGpuService(device, (*devices)[device].name, pci, options.resident_bytes));
   svc->next_use_ = options.next_use;
+  svc->resident_capacity_ = svc->area_.capacity();
   Result<std::unique_ptr<gpu::GpuAssembler>> assembler = gpu::GpuAssembler::Create(device);
   if (!assembler.ok()) return assembler.status();
   svc->assembler_ = std::move(*assembler);
@@ -434,6 +443,7 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
   resident_hits_ += hits;
   resident_evictions_ = area_.evictions();
   resident_bytes_ = area_.resident_bytes();
+  resident_blocks_ = area_.size();
   return Status::OK();
 }
 
