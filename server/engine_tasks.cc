@@ -92,7 +92,11 @@ void Engine::PrepareInCache(uint32_t sample, const SampleSource& src, PreparePro
   if (!shape.ok()) return finish([&]() REQUIRES(mu_) { MarkBad(sample, src, shape.status()); });
   Result<cache::SampleCache::Allocation> slot = Status::Internal("not allocated");
   {
-    // Without the engine's lock: the cache ranks by next uses it holds and calls nobody back.
+    // The cache needs no caller's lock (it ranks by next uses it holds and calls nobody back),
+    // but the coordinator makes its cache calls under the engine's lock: an Allocate outside it
+    // made the coordinator wait on the cache's mutex while holding the engine's, and `carpool
+    // bench load` (16 jobs, 10% cache) fell from 66k to 54k samples/s (docs/architecture.md).
+    WorkerLock lock(*this);
     WorkerPhases::Scope phase(phases_, WorkerPhase::kAllocate);
     slot = cache_->Allocate(sample, shape->stored_bytes(), &evicted);
     progress.allocated = slot.ok();
