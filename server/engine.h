@@ -216,8 +216,6 @@ class Engine : public JobService {
   JobSnapshot SnapshotJob(const Job& job) const REQUIRES(mu_);  // engine_stats.cc
   EngineSnapshot SnapshotLocked() const REQUIRES(mu_);
   GpuService* ServedGpu(int device) const;     // null when not served
-  // The GPUs of the jobs whose samples are prepared under `spec` (decode=gpu ones). O(jobs).
-  std::vector<GpuService*> GpusDecoding(const PrepareSpec& spec) const REQUIRES(mu_);
   // "cpu" -> -1, "cuda" / "cuda:N" -> N; the error names the devices served.
   Result<int> ParseDevice(const std::string& device) const;
 

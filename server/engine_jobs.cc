@@ -352,17 +352,6 @@ size_t Engine::ReleaseTable(const Roaring& keys) {
   return released;
 }
 
-std::vector<GpuService*> Engine::GpusDecoding(const PrepareSpec& spec) const {
-  std::vector<GpuService*> out;
-  for (const auto& [id, job] : jobs_) {
-    if (job->gpu != nullptr && job->prepare == spec &&
-        std::find(out.begin(), out.end(), job->gpu) == out.end()) {
-      out.push_back(job->gpu);
-    }
-  }
-  return out;
-}
-
 GpuService* Engine::ServedGpu(int device) const {
   for (const auto& gpu : gpus_) {
     if (gpu->device() == device) return gpu.get();

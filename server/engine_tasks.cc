@@ -130,7 +130,6 @@ void Engine::PrepareInCache(uint32_t sample, const SampleSource& src, PreparePro
     return cache_->Commit(sample);
   }();
   progress.allocated = false;
-  std::vector<GpuService*> decoders;  // GPUs whose jobs read this encoded sample
   finish([&]() REQUIRES(mu_) {
     if (!committed.ok()) {
       log::Error("sample {}: {}", src.record.id, committed.status().ToString());
@@ -140,13 +139,7 @@ void Engine::PrepareInCache(uint32_t sample, const SampleSource& src, PreparePro
     ++preparations_;
     if (src.spec.gpu_decode && !written->encoded()) ++gpu_decode_cpu_fallbacks_;
     Check(samples_.states().Committed(sample, *written));
-    if (written->encoded()) decoders = GpusDecoding(src.spec);
   });
-  // Decoded on the GPU now, not when its batch is built (the bytes read are the encoded JPEG).
-  for (size_t i = 0; i < decoders.size(); ++i) {
-    decoders[i]->DecodeAhead(sample, src.spec, *written,
-                             i + 1 == decoders.size() ? std::move(*bytes) : *bytes);
-  }
 }
 
 Result<PreparedImage> Engine::PrepareTransient(const SampleSource& source) {

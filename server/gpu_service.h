@@ -103,12 +103,6 @@ class GpuService {
   // The decoded samples its resident area holds (capacity over the mean block), 0 before its
   // first GPU decode: a decoded sample is shared only while it stays there. O(1), no lock.
   virtual uint64_t DecodedSamplesHeld() const = 0;
-  // Decode-ahead: `encoded` (a decode=gpu sample whose shape is encoded(), just prepared into the
-  // cache) is decoded into the resident area on a stream of its own, so that its batch's build
-  // finds it there. Queues and returns; dropped when the queue is long, the area full or this
-  // GPU does not decode (the build then decodes it). Thread-safe. Cost: a move.
-  virtual void DecodeAhead(uint32_t sample, const PrepareSpec& spec, PreparedShape shape,
-                           std::vector<uint8_t> encoded) = 0;
 };
 
 struct GpuServiceOptions {

@@ -1,20 +1,36 @@
 // GpuService on CUDA: one per served GPU (server/gpu_service.h).
-#include "server/gpu/cuda_gpu_service.h"
+#include "server/gpu_service.h"
 
 #include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "common/log.h"
+#include "common/mutex.h"
+#include "server/gpu/batch_decoder.h"
+#include "server/gpu/cuda_check.h"
 #include "server/gpu/device_probe.h"
+#include "server/gpu/gpu_assembler.h"
+#include "server/resident_area.h"
 
 namespace carpool {
-namespace gpu_service_internal {
 namespace {
 
 constexpr uint64_t kSlotAlign = 256;
 constexpr uint64_t kAllocationGranule = uint64_t{2} << 20;
 uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+Status OnDevice(int device) {
+  return gpu::CudaCheck(cudaSetDevice(device), fmt::format("cudaSetDevice({})", device));
+}
 
 // The allocation that holds `p` (base, bytes), from the driver's cuMemGetAddressRange, reached
 // through the runtime so that nothing links libcuda at build time.
@@ -67,8 +83,90 @@ Status CopyToDevice(const std::vector<void*>& dst, const std::vector<const void*
   return Status::OK();
 }
 
-}  // namespace
+class CudaDeviceSlots : public DeviceSlots {
+ public:
+  int device() const override { return device_; }
+  uint32_t count() const override { return count_; }
+  uint64_t stride() const override { return stride_; }
+  uint64_t slot_bytes() const override { return slot_bytes_; }
+  uint64_t labels_offset() const override { return labels_offset_; }
+  const std::string& ipc_handle() const override { return handle_; }
+  uint64_t ipc_offset() const override { return offset_; }
+  const std::string& pci_bus_id() const override { return pci_; }
+  uint8_t* SlotBase(uint32_t slot) const {
+    return static_cast<uint8_t*>(memory_.data()) + uint64_t{slot} * stride_;
+  }
+  ~CudaDeviceSlots() override {
+    if (memory_) {
+      (void)OnDevice(device_);
+      memory_bytes_ = memory_.bytes();
+      memory_.Reset();  // cudaFree waits for work still using it
+      pool_bytes_->fetch_sub(memory_bytes_);
+      pool_slots_->fetch_sub(count_);
+    }
+  }
 
+  int device_ = 0;
+  uint32_t count_ = 0;
+  uint64_t stride_ = 0, slot_bytes_ = 0, labels_offset_ = 0, offset_ = 0;
+  uint64_t memory_bytes_ = 0;  // what pool_bytes_ counts for these slots
+  std::string handle_, pci_;
+  gpu::DeviceBuffer memory_;
+  std::atomic<uint64_t>* pool_bytes_ = nullptr;
+  std::atomic<uint64_t>* pool_slots_ = nullptr;
+};
+
+class CudaGpuService : public GpuService {
+ public:
+  static Result<std::unique_ptr<CudaGpuService>> Create(int device,
+                                                        const GpuServiceOptions& options,
+                                                        bool register_host);
+  ~CudaGpuService() override = default;
+
+  int device() const override { return device_; }
+  Result<std::unique_ptr<DeviceSlots>> CreateSlots(uint32_t count, uint32_t batch_size,
+                                                   uint64_t image_bytes) override;
+  Status Build(const DeviceBatchRequest& request) override;
+  GpuCounters Counters() const override;
+  const std::string& decoder() const override { return decoder_name_; }
+  uint64_t DecodedSamplesHeld() const override {
+    const uint64_t blocks = resident_blocks_.load(), bytes = resident_bytes_.load();
+    if (gpu_decodes_.load() == 0 || blocks == 0 || bytes == 0) return 0;
+    return resident_capacity_ / std::max<uint64_t>(1, bytes / blocks);
+  }
+
+ private:
+  CudaGpuService(int device, std::string name, std::string pci, uint64_t resident_bytes)
+      : device_(device), name_(std::move(name)), pci_(std::move(pci)), area_(resident_bytes) {}
+  Status BuildLocked(const DeviceBatchRequest& request, const CudaDeviceSlots& slots) REQUIRES(mu_);
+  // Decodes the encoded samples of a build into their blocks (GPU decode).
+  Status DecodeLocked(const DeviceBatchRequest& request,
+                      std::span<const gpu::DecodeTarget> targets) REQUIRES(mu_);
+
+  const int device_;
+  const std::string name_, pci_;
+  ResidentArea::NextUseFn next_use_;
+  std::string decoder_name_;  // empty: this GPU does not decode; fixed at creation
+
+  Mutex mu_;  // serializes Build: the stream, the assembler and the resident area
+  std::unique_ptr<gpu::GpuAssembler> assembler_ GUARDED_BY(mu_);
+  gpu::CudaStream stream_;
+  gpu::HostRegistration registration_;  // the cache segment, for DMA
+  gpu::DeviceBuffer area_memory_;
+  ResidentArea area_ GUARDED_BY(mu_);
+  gpu::PinnedHostBuffer label_staging_ GUARDED_BY(mu_);
+  std::unique_ptr<gpu::BatchDecoder> decode_ GUARDED_BY(mu_);  // null when decoder_name_ is empty
+  gpu::DeviceBuffer prepared_scratch_ GUARDED_BY(mu_);  // decoded samples that found no block
+
+  std::atomic<uint64_t> batches_{0}, images_{0}, uploads_{0}, upload_bytes_{0};
+  std::atomic<uint64_t> resident_hits_{0}, resident_evictions_{0}, resident_bytes_{0};
+  std::atomic<uint64_t> pool_bytes_{0}, pool_slots_{0};
+  std::atomic<uint64_t> assemble_ns_{0};
+  std::atomic<uint64_t> gpu_decodes_{0}, cpu_fallbacks_{0}, decoded_bytes_{0}, undecodable_{0};
+  std::atomic<uint64_t> decode_ns_{0};
+  std::atomic<uint64_t> resident_blocks_{0};
+  uint64_t resident_capacity_ = 0;  // fixed at creation
+};
 
 // Not analyzed: the new object is not shared yet, so its guarded members need no lock.
 Result<std::unique_ptr<CudaGpuService>> CudaGpuService::Create(
@@ -131,18 +229,7 @@ Result<std::unique_ptr<CudaGpuService>> CudaGpuService::Create(
     if (decoder.ok()) {
       svc->decoder_name_ = gpu::JpegBackendName((*decoder)->backend());
       svc->decode_ =
-          std::make_unique<gpu::BatchDecoder>(std::move(*decoder), options.decode_bytes / 2);
-      // Decode-ahead: a second decoder, stream and thread, so that a sample is decoded as soon
-      // as the host has its bytes, not when its batch is built (docs/gpu.md "GPU decode").
-      Result<std::unique_ptr<gpu::JpegDecoder>> ahead = gpu::JpegDecoder::Create(256);
-      Result<gpu::CudaStream> ahead_stream = gpu::CudaStream::Create();
-      if (ahead.ok() && ahead_stream.ok() && svc->area_.capacity() > 0) {
-        svc->ahead_decoder_ =
-            std::make_unique<gpu::BatchDecoder>(std::move(*ahead), options.decode_bytes / 2);
-        svc->ahead_stream_ = std::move(*ahead_stream);
-        CudaGpuService* raw = svc.get();
-        svc->ahead_thread_ = std::thread([raw] { raw->AheadLoop(); });
-      }
+          std::make_unique<gpu::BatchDecoder>(std::move(*decoder), options.decode_bytes);
     } else if (options.gpu_decode == GpuDecode::kOn) {
       return Status(decoder.status().code(),
                     fmt::format("--gpu-decode on: GPU {} cannot decode JPEGs: {}", device,
@@ -226,10 +313,6 @@ Status CudaGpuService::Build(const DeviceBatchRequest& request) {
   const auto start = std::chrono::steady_clock::now();
   MutexLock lock(mu_);
   Status built = BuildLocked(request, *slots);
-  {
-    MutexLock area_lock(area_mu_);
-    building_.clear();  // whatever path it left by
-  }
   assemble_ns_ += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count());
@@ -258,12 +341,6 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
   std::vector<std::pair<size_t, uint64_t>> scratch_decodes;  // (index in decodes, offset)
   std::unordered_map<uint32_t, size_t> scratch_index;        // id -> index in decodes
   uint64_t scratch_bytes = 0;
-  std::vector<std::shared_ptr<gpu::CudaEvent>> waits;  // decode-ahead work this build reads
-  MutexLock area_lock(area_mu_);
-  building_ = in_use;
-  // Nor may it evict a block the decode-ahead is still writing.
-  std::unordered_set<uint32_t> protect(in_use);
-  for (const auto& [id, done] : pending_) protect.insert(id);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t id = request.sample_ids[i];
     const PreparedView& view = request.samples[i];
@@ -274,19 +351,12 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
       continue;
     }
     if (area != nullptr) {
-      // Being written by the decode-ahead: wait until its work is enqueued (then wait for it on
-      // the stream), or dropped.
-      area_mu_.Wait(pending_recorded_, [&]() REQUIRES(area_mu_) {
-        auto it = pending_.find(id);
-        return it == pending_.end() || it->second != nullptr;
-      });
       if (std::optional<uint64_t> at = area_.Find(id, bytes)) {
-        if (auto it = pending_.find(id); it != pending_.end()) waits.push_back(it->second);
         sources[i] = area + *at;
         ++hits;
         continue;
       }
-      if (std::optional<uint64_t> at = area_.Place(id, bytes, protect, next_use_)) {
+      if (std::optional<uint64_t> at = area_.Place(id, bytes, in_use, next_use_)) {
         sources[i] = area + *at;
         placed[id] = sources[i];
         if (view.shape.encoded()) {
@@ -312,26 +382,8 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
     }
     // No resident block: the assembler uploads it through staging (counted from its stats).
   }
-  area_lock.Unlock();
-  // Erases this build's new blocks when it fails (their bytes were never written).
-  auto forget_placed = [&] {
-    MutexLock lock(area_mu_);
-    for (auto [id, where] : placed) area_.Erase(id);
-    building_.clear();
-    UpdateResidentCounters();
-  };
-  std::sort(waits.begin(), waits.end());
-  waits.erase(std::unique(waits.begin(), waits.end()), waits.end());
-  for (const auto& done : waits) {
-    if (Status s = gpu::CudaCheck(cudaStreamWaitEvent(stream, done->get(), 0),
-                                  "cudaStreamWaitEvent(decode-ahead)");
-        !s.ok()) {
-      forget_placed();
-      return s;
-    }
-  }
   if (Status s = CopyToDevice(copy_dst, copy_src, copy_bytes, stream); !s.ok()) {
-    forget_placed();
+    for (auto [id, where] : placed) area_.Erase(id);
     return s;
   }
   if (!decodes.empty()) {
@@ -339,7 +391,7 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
       prepared_scratch_.Reset();
       Result<gpu::DeviceBuffer> buf = gpu::DeviceBuffer::Allocate(scratch_bytes);
       if (!buf.ok()) {
-        forget_placed();
+        for (auto [id, where] : placed) area_.Erase(id);
         return buf.status();
       }
       prepared_scratch_ = std::move(*buf);
@@ -352,7 +404,7 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
       }
     }
     if (Status s = DecodeLocked(request, decodes); !s.ok()) {
-      forget_placed();
+      for (auto [id, where] : placed) area_.Erase(id);
       return s;
     }
   }
@@ -389,9 +441,9 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
   uploads_ += uploads + stats->uploads;
   upload_bytes_ += upload_bytes + stats->upload_bytes;
   resident_hits_ += hits;
-  MutexLock lock(area_mu_);
-  building_.clear();
-  UpdateResidentCounters();
+  resident_evictions_ = area_.evictions();
+  resident_bytes_ = area_.resident_bytes();
+  resident_blocks_ = area_.size();
   return Status::OK();
 }
 
@@ -419,7 +471,6 @@ Status CudaGpuService::DecodeLocked(const DeviceBatchRequest& request,
   undecodable_ += counts.failed;
   if (!s.ok()) return s;
   if (failed.empty()) return Status::OK();
-  MutexLock lock(area_mu_);
   for (auto& [index, why] : failed) {
     area_.Erase(request.sample_ids[index]);  // never resident with pixels it does not have
     request.undecodable->emplace_back(index, std::move(why));
@@ -453,7 +504,7 @@ GpuCounters CudaGpuService::Counters() const NO_THREAD_SAFETY_ANALYSIS {
   return c;
 }
 
-}  // namespace gpu_service_internal
+}  // namespace
 
 int VisibleGpuCount() { return gpu::CudaDeviceCount(); }
 
@@ -468,8 +519,8 @@ Result<std::vector<std::unique_ptr<GpuService>>> CreateGpuServices(
   for (int device : options.devices) {
     // The first service registers the cache segment once, portably, for all the GPUs; it is
     // destroyed first (vector order), after the engine has stopped every build.
-    Result<std::unique_ptr<gpu_service_internal::CudaGpuService>> svc =
-        gpu_service_internal::CudaGpuService::Create(device, options, /*register_host=*/out.empty());
+    Result<std::unique_ptr<CudaGpuService>> svc =
+        CudaGpuService::Create(device, options, /*register_host=*/out.empty());
     if (!svc.ok()) return svc.status();
     out.push_back(std::move(*svc));
   }
