@@ -210,8 +210,9 @@ def run_sweep(args, work):
         shares = [args.trials // args.parallel + (i < args.trials % args.parallel)
                   for i in range(args.parallel)]
         t0 = time.monotonic()
-        # --record: the server's status every second, for `carpool report FILE` afterwards.
-        recorder = subprocess.Popen([carpool.binary(), "status", "--watch", "1", "--json-lines",
+        # --record: the server's status every --record-every seconds, for `carpool report FILE`.
+        recorder = subprocess.Popen([carpool.binary(), "status", "--watch",
+                                     str(args.record_every), "--json-lines",
                                      args.record, "--socket", server.socket]) \
             if args.record else None
         procs = [subprocess.Popen(worker_argv(args, n, args.seed + i))
@@ -304,6 +305,9 @@ def parse_args():
     ap.add_argument("--keep-datasets", action="store_true")
     ap.add_argument("--record", metavar="FILE", help="record the server's status every second "
                     "to FILE (JSON lines) for 'carpool report FILE'")
+    ap.add_argument("--record-every", type=float, default=1.0, metavar="SECONDS",
+                    help="with --record: the period of the status series (default 1; short "
+                         "trials need less, or a job may start and end between two records)")
     ap.add_argument("--remove", metavar="PREFIX", help="remove the datasets named PREFIX... "
                     "in --state-dir, then exit")
     for hidden in ("--worker-trials", "--worker-seed"):

@@ -45,9 +45,11 @@ def main():
         print(f"SKIP: {e}; install python3-optuna and python3-torch (scripts/setup.sh)")
         return 77
     with tempfile.TemporaryDirectory(prefix="carpool-optuna-check-") as tmp:
-        # 6,000 samples: trials of a few seconds, which the 1 s series sees (1,200: under 1 s).
+        # 6,000 samples: trials of a second or a few, recorded every 0.2 s (at 1 s an idle
+        # machine ran a trial between two records, and the series saw no deliveries).
         out = run("--epochs", "1", "--state-dir", tmp, "--prefix", "ci-sweep-", "--record",
-                  str(pathlib.Path(tmp) / "series.jsonl"), "--train-samples", "6000")
+                  str(pathlib.Path(tmp) / "series.jsonl"), "--record-every", "0.2",
+                  "--train-samples", "6000")
         check(re.search(r"  job \d+: \S+ \(\d+ classes\) from \d+ s to \d+ s, \d+ deliveries",
                         out), "a trial's job found in the --record series")
         bound = re.search(r"sharing bound, 1 s windows: .* at most (\d+\.\d+)", out)
