@@ -43,7 +43,10 @@ JobSnapshot Engine::SnapshotJob(const Job& job) const {
   j.done = job.done;
   j.device = job.gpu ? fmt::format("cuda:{}", job.gpu->device()) : "cpu";
   j.prepare_spec = job.prepare_spec;
-  j.decoder = job.prepare.gpu_decode ? "gpu-" + job.gpu->decoder() : "cpu";
+  // A CPU job on a dataset registered with decode=gpu decodes its encoded samples on the CPU.
+  j.decoder = job.prepare.gpu_decode && job.gpu != nullptr && !job.gpu->decoder().empty()
+                  ? "gpu-" + job.gpu->decoder()
+                  : "cpu";
   if (job.source != nullptr) job.source->Describe(j);
   return j;
 }

@@ -81,5 +81,66 @@ TEST(E2eImagesTest, BatchesEqualTheSourceDecodedWithTheSameTransformAndSeed) {
   env.StopServer(SIGTERM);
 }
 
+// Issue 23: a dataset registered with decode=gpu, read by a CPU job on a server without GPUs. The
+// server keeps its JPEGs encoded in the cache (the encoded tier) and the job's batches are the
+// decode=gpu pixels (fast-upsampled decode, exact box filter), which differ from the CPU spec's.
+TEST(E2eImagesTest, ADecodeGpuDatasetGivesCpuJobsTheGpuPixels) {
+  E2eEnv env;
+  const fs::path images = env.dir() / "images";
+  CliResult gen = env.Run({"dataset", "gen", images.string(), "--count", "24", "--size", "80x60",
+                           "--classes", "3", "--threads", "1", "-q"},
+                          "gen");
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  const std::string prepare = "resize=40,crop=40,decode=gpu";
+  env.Dataset({"add", "gpujpegs", "--dir", images.string(), "--prepare", prepare});
+  Result<std::unique_ptr<Catalog>> catalog = Catalog::Open(env.state());
+  ASSERT_TRUE(catalog.ok());
+  Result<DatasetInfo> info = (*catalog)->GetDataset("gpujpegs");
+  ASSERT_TRUE(info.ok());
+  Result<std::vector<SampleRecord>> records = (*catalog)->GetSamples(info->ids);
+  ASSERT_TRUE(records.ok());
+  std::map<uint32_t, SampleRecord> by_id;
+  for (const SampleRecord& r : *records) by_id[r.id] = r;
+
+  env.StartServer({"--gpus", "none"});
+  Result<std::unique_ptr<Client>> client = Client::Connect(env.socket().string());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const std::string transform = "random_crop(32)|flip";
+  const uint64_t seed = 9;
+  Result<std::unique_ptr<Job>> job = (*client)->CreateJob(
+      {.dataset = "gpujpegs", .batch_size = 5, .epochs = 2, .transform = transform, .seed = seed});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  size_t checked = 0, unlike_cpu_spec = 0;
+  const size_t per = 32 * 32 * 3;
+  for (;;) {
+    Result<std::optional<Batch>> batch = (*job)->Next();
+    ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+    if (!batch->has_value()) break;
+    const Batch& b = **batch;
+    ASSERT_EQ(b.images().bytes, b.size() * per);
+    const auto* pixels = static_cast<const uint8_t*>(b.images().data);
+    for (uint32_t i = 0; i < b.size(); ++i) {
+      const uint32_t id = b.sample_ids()[i];
+      ASSERT_TRUE(by_id.count(id));
+      Result<std::vector<uint8_t>> want =
+          ReferenceImage(by_id[id].path, prepare, transform, seed, b.epoch(), id);
+      ASSERT_TRUE(want.ok()) << want.status().ToString();
+      ASSERT_EQ(std::memcmp(pixels + i * per, want->data(), per), 0)
+          << "sample " << id << " epoch " << b.epoch();
+      Result<std::vector<uint8_t>> cpu =
+          ReferenceImage(by_id[id].path, "resize=40,crop=40", transform, seed, b.epoch(), id);
+      ASSERT_TRUE(cpu.ok());
+      unlike_cpu_spec += *cpu != *want;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2 * by_id.size());
+  EXPECT_GT(unlike_cpu_spec, 0u) << "decode=gpu must be another prepared sample";
+  const std::string s = env.Status();
+  EXPECT_EQ(JsonNumber(s, "preparations"), 24) << s;  // each JPEG read into the cache once
+  EXPECT_EQ(JsonNumber(s, "gpu_decode_cpu_fallbacks"), 0) << s;  // all stayed encoded
+  env.StopServer(SIGTERM);
+}
+
 }  // namespace
 }  // namespace carpool::e2e

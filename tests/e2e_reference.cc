@@ -17,7 +17,10 @@ Result<std::vector<uint8_t>> ReferenceImage(const std::string& file,
   if (!t.ok()) return t.status();
   Result<std::vector<uint8_t>> bytes = ReadWholeFile(file);
   if (!bytes.ok()) return bytes.status();
-  Result<PreparedImage> prepared = PrepareSample(*spec, *bytes);
+  // A decode=gpu spec's samples the server may keep encoded: their pixels are the CPU's
+  // decode=gpu pixels (the JPEG engines give the same bytes).
+  Result<PreparedImage> prepared =
+      spec->gpu_decode ? PrepareGpuPixelsOnCpu(*spec, *bytes) : PrepareSample(*spec, *bytes);
   if (!prepared.ok()) return prepared.status();
   Result<ImageShape> shape = TransformedShape(*t, prepared->shape);
   if (!shape.ok()) return shape.status();

@@ -12,7 +12,8 @@
 
 namespace carpool::e2e {
 
-// PrepareSample(prepare_spec, file) then ApplyTransform(transform, SampleSeed(seed, epoch, id)).
+// PrepareSample(prepare_spec, file) (PrepareGpuPixelsOnCpu for a decode=gpu spec) then
+// ApplyTransform(transform, SampleSeed(seed, epoch, id)).
 Result<std::vector<uint8_t>> ReferenceImage(const std::string& file,
                                             const std::string& prepare_spec,
                                             const std::string& transform, uint64_t seed,
