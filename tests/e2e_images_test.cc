@@ -15,23 +15,29 @@
 namespace carpool::e2e {
 namespace {
 
-TEST(E2eImagesTest, BatchesEqualTheSourceDecodedWithTheSameTransformAndSeed) {
-  E2eEnv env;
+// 24 generated 80x60 JPEGs registered as `name` with `prepare`; their records by catalog id.
+void RegisterJpegs(E2eEnv& env, const std::string& name, const std::string& prepare,
+                   std::map<uint32_t, SampleRecord>* by_id) {
   const fs::path images = env.dir() / "images";
   CliResult gen = env.Run({"dataset", "gen", images.string(), "--count", "24", "--size", "80x60",
                            "--classes", "3", "--threads", "1", "-q"},
                           "gen");
   ASSERT_EQ(gen.code, 0) << gen.err;
-  const std::string prepare = "resize=40,crop=40";
-  env.Dataset({"add", "jpegs", "--dir", images.string(), "--prepare", prepare});
+  env.Dataset({"add", name, "--dir", images.string(), "--prepare", prepare});
   Result<std::unique_ptr<Catalog>> catalog = Catalog::Open(env.state());
   ASSERT_TRUE(catalog.ok());
-  Result<DatasetInfo> info = (*catalog)->GetDataset("jpegs");
+  Result<DatasetInfo> info = (*catalog)->GetDataset(name);
   ASSERT_TRUE(info.ok());
   Result<std::vector<SampleRecord>> records = (*catalog)->GetSamples(info->ids);
   ASSERT_TRUE(records.ok());
+  for (const SampleRecord& r : *records) (*by_id)[r.id] = r;
+}
+
+TEST(E2eImagesTest, BatchesEqualTheSourceDecodedWithTheSameTransformAndSeed) {
+  E2eEnv env;
+  const std::string prepare = "resize=40,crop=40";
   std::map<uint32_t, SampleRecord> by_id;
-  for (const SampleRecord& r : *records) by_id[r.id] = r;
+  ASSERT_NO_FATAL_FAILURE(RegisterJpegs(env, "jpegs", prepare, &by_id));
 
   env.StartServer();
   Result<std::unique_ptr<Client>> client = Client::Connect(env.socket().string());
@@ -86,21 +92,9 @@ TEST(E2eImagesTest, BatchesEqualTheSourceDecodedWithTheSameTransformAndSeed) {
 // decode=gpu pixels (fast-upsampled decode, exact box filter), which differ from the CPU spec's.
 TEST(E2eImagesTest, ADecodeGpuDatasetGivesCpuJobsTheGpuPixels) {
   E2eEnv env;
-  const fs::path images = env.dir() / "images";
-  CliResult gen = env.Run({"dataset", "gen", images.string(), "--count", "24", "--size", "80x60",
-                           "--classes", "3", "--threads", "1", "-q"},
-                          "gen");
-  ASSERT_EQ(gen.code, 0) << gen.err;
   const std::string prepare = "resize=40,crop=40,decode=gpu";
-  env.Dataset({"add", "gpujpegs", "--dir", images.string(), "--prepare", prepare});
-  Result<std::unique_ptr<Catalog>> catalog = Catalog::Open(env.state());
-  ASSERT_TRUE(catalog.ok());
-  Result<DatasetInfo> info = (*catalog)->GetDataset("gpujpegs");
-  ASSERT_TRUE(info.ok());
-  Result<std::vector<SampleRecord>> records = (*catalog)->GetSamples(info->ids);
-  ASSERT_TRUE(records.ok());
   std::map<uint32_t, SampleRecord> by_id;
-  for (const SampleRecord& r : *records) by_id[r.id] = r;
+  ASSERT_NO_FATAL_FAILURE(RegisterJpegs(env, "gpujpegs", prepare, &by_id));
 
   env.StartServer({"--gpus", "none"});
   Result<std::unique_ptr<Client>> client = Client::Connect(env.socket().string());
