@@ -207,8 +207,11 @@ Result<PreparedShape> PrepareInto(const PrepareSpec& spec, std::span<const uint8
   if (!info.ok()) return info.status();
   if (spec.gpu_decode) {
     if (CheckGpuDecodable(*info).ok()) {  // the encoded tier: the GPU decodes it
-      Result<PreparedShape> shape = PreparedShapeFor(spec, encoded);
-      if (!shape.ok()) return shape.status();
+      // The header just read gives the shape: no second walk of the file.
+      Result<Geometry> g = GeometryFor(spec, info->width, info->height);
+      if (!g.ok()) return g.status();
+      const PreparedShape shape{g->out_height, g->out_width, spec.channels,
+                                static_cast<uint32_t>(encoded.size())};
       if (dst.size() < encoded.size()) {
         return Status::InvalidArgument(fmt::format(
             "destination holds {} bytes, the encoded JPEG needs {}", dst.size(), encoded.size()));
