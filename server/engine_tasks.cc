@@ -312,7 +312,6 @@ void Engine::Assemble(BatchTask task) {
     (void)cache_->Unpin(item.sample);
     ++unpinned;
   }
-  bool delivered = false;
   std::optional<WorkerPhases::Scope> delivering(std::in_place, phases_, WorkerPhase::kDeliver);
   Result<uint64_t> generation =
       fault ? Result<uint64_t>(*fault) : job.pool->Publish(task.slot.index);
@@ -326,8 +325,16 @@ void Engine::Assemble(BatchTask task) {
       ready.images_bytes = uint64_t{n} * job.image.bytes();
       ready.device_labels_offset = job.device_slots->labels_offset();
     }
+    {
+      // Counted before the job can see the batch: a job's stats read after its last batch
+      // arrived include that batch (a client read them first and found 8 samples missing).
+      WorkerLock lock(*this);
+      job.deliveries += n;
+      deliveries_ += n;
+      ++job.batches;
+      ++batches_;
+    }
     job.sink->DeliverBatch(ready);
-    delivered = true;
   } else {
     (void)job.pool->Abandon(task.slot.index);
     if (!fault) {
@@ -354,12 +361,6 @@ void Engine::Assemble(BatchTask task) {
     job.consumed += task.decisions;
     job.skipped += skipped;
     skipped_ += skipped;
-    if (delivered) {
-      job.deliveries += n;
-      deliveries_ += n;
-      ++job.batches;
-      ++batches_;
-    }
     job.assembling = false;
     fair_clock_ = std::max(fair_clock_, task.fair_tag);
     woken_ = true;
