@@ -81,6 +81,9 @@ class SampleTable {
   // The same for samples [begin, end) of the dataset, so that a caller can add a large dataset
   // in parts, letting others take its lock in between.
   Status Add(const DatasetSamples& dataset, size_t begin, size_t end);
+  // Room for `more` samples beyond those held, so that adding them in parts rehashes once, now,
+  // and not inside a later part's hold of the caller's lock. O(samples held + more).
+  void Reserve(size_t more) { map_.reserve(map_.size() + more); }
   // One user fewer of each of `keys` (what one Add added); drops the samples left unused and
   // returns them. O(|keys|).
   ReleasedSamples Release(std::span<const uint32_t> keys);

@@ -41,6 +41,8 @@ class SampleLifecycle {
   // One more user of rows [begin, end) of the dataset (SampleTable::Add, with its check): a job
   // acquires its samples in parts, so a caller may drop its lock between them. O(rows).
   Status Acquire(const DatasetSamples& dataset, size_t begin, size_t end);
+  // Room for `more` samples (SampleTable::Reserve): before the first of a large job's parts.
+  void Reserve(size_t more) { table_.Reserve(more); }
   // One user fewer of each key. A key left unused loses its state (Settle); IDX files no key
   // reads any more are returned for the caller's reader to forget. O(|keys|).
   ReleasedSamples Release(std::span<const uint32_t> keys);

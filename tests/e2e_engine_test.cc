@@ -104,6 +104,19 @@ TEST(E2eEngineTest, BatchOfOnlyCorruptSamplesIsStillDeliveredWithItsSkippedCount
 namespace carpool::e2e {
 namespace {
 
+// The server log's "joined in" lines: how long each join held the engine lock.
+std::string JoinLines(const std::string& log) {
+  std::string lines;
+  size_t at = 0;
+  while ((at = log.find("joined in", at)) != std::string::npos) {
+    const size_t begin = log.rfind('\n', at) + 1;  // npos + 1 is 0: the first line
+    const size_t end = log.find('\n', at);
+    lines += "\n  " + log.substr(begin, end - begin);
+    at = end;
+  }
+  return lines.empty() ? std::string("(none logged)") : lines;
+}
+
 // Issue 10 item 3: a job joining a large dataset is created off the io thread, so another job's
 // batches keep flowing meanwhile (no gap near the join's length) and no lease expires.
 TEST(E2eJoinTest, AJobJoiningALargeDatasetDoesNotStallOthers) {
@@ -174,10 +187,12 @@ TEST(E2eJoinTest, AJobJoiningALargeDatasetDoesNotStallOthers) {
   EXPECT_EQ((*joined)->dataset_size(), kBig);
   std::printf("join of a %u-sample dataset: %.3f s; the other job's longest gap between batches "
               "meanwhile: %.3f s (before the join: %.3f s)\n", kBig, join_s, gap_s, baseline_gap_s);
+  std::printf("%s\n", JoinLines(env.ServerLog()).c_str());
   EXPECT_EQ(failures.load(), 0) << "the steady job failed (a lease expired?)";
   // Before the join moved off the io thread, the gap was the join's whole length.
   EXPECT_LT(gap_s, baseline_gap_s + join_s / 3)
-      << "join " << join_s << " s, longest gap before it " << baseline_gap_s << " s";
+      << "join " << join_s << " s, longest gap before it " << baseline_gap_s << " s; the server's "
+      << "account of its joins: " << JoinLines(env.ServerLog());
 }
 
 }  // namespace
