@@ -166,7 +166,15 @@ Json ServerJson(const EngineSnapshot& s) {
                     {"cpu_fallbacks", g.cpu_fallbacks},
                     {"decoded_bytes", g.decoded_bytes},
                     {"undecodable", g.undecodable},
-                    {"decode_seconds", g.decode_seconds}});
+                    {"decode_seconds", g.decode_seconds},
+                    {"build_phase_seconds",
+                     {{"lock", g.phases.lock},
+                      {"inspect", g.phases.inspect},
+                      {"nvjpeg", g.phases.nvjpeg},
+                      {"resize", g.phases.resize},
+                      {"cpu_decode", g.phases.cpu_decode},
+                      {"decode_wait", g.phases.decode_wait},
+                      {"sync", g.phases.sync}}}});
   }
   const cache::CacheStats& c = s.cache;
   const uint64_t preparations = s.preparations();

@@ -77,6 +77,13 @@ struct GpuCounters {
   std::string decoder;
   uint64_t gpu_decodes = 0, cpu_fallbacks = 0, decoded_bytes = 0, undecodable = 0;
   double decode_seconds = 0;  // of Build's wall time, spent decoding and resizing
+  // Build's wall time by phase, to tell where a slow build waits: for the previous build (lock),
+  // nvJPEG's header parse, its decode call, the resize launch, CPU decode of what nvJPEG refused,
+  // the stream between decode batches, and the final wait for the batch's GPU work.
+  struct BuildPhases {
+    double lock = 0, inspect = 0, nvjpeg = 0, resize = 0, cpu_decode = 0, decode_wait = 0,
+           sync = 0;
+  } phases;
 };
 
 enum class GpuDecode { kOff, kAuto, kOn };

@@ -268,6 +268,7 @@ class Bench:
             print(f"server prepare rate ({a.workers} workers, a job that drops its batches): "
                   f"{self.prep_rate:.0f} img/s, server CPU {agg['server_cores_pct']:.0f}% of "
                   f"{self.cores} cores", flush=True)
+            print_build_phases("  GPU builds alone", agg)
 
     def limit(self, keys, repeats, batches):
         """min(prepare rate x deliveries per unique sample, GPU rate of as many processes x
@@ -337,6 +338,7 @@ class Bench:
               f"{agg['images_per_s']:8.0f} img/s{at} ({time.monotonic() - t:.0f} s with "
               f"start-up); jobs waited for data {100 * sum(waits) / max(1, len(waits)):.0f}% of "
               "the time", flush=True)
+        print_build_phases(" " * 17 + "GPU builds", agg)
         self.save()
 
     def save(self):
@@ -381,6 +383,18 @@ class Bench:
             sys.exit("bench.gpu: failed: " + "; ".join(self.errors))
 
 
+def print_build_phases(what, agg):
+    """Where the GPU's builds spent their time, in ms a build (servers since issue 23)."""
+    g = agg.get("gpu") or {}
+    phases = g.get("build_phase_seconds")
+    if not phases or not g.get("batches"):
+        return
+    per = 1000 / g["batches"]
+    print(f"{what}, ms a build of {agg['deliveries'] / g['batches']:.0f} images: " +
+          ", ".join(f"{k} {v * per:.2f}" for k, v in phases.items()) +
+          f"; whole build {g['assemble_seconds'] * per:.2f}", flush=True)
+
+
 def server_deltas(s0, s1, gpu):
     """Counters of the scenario: stats after minus before, the GPU's from "gpus"."""
     prep = s1["preparations"] - s0["preparations"]
@@ -394,6 +408,10 @@ def server_deltas(s0, s1, gpu):
     for k in ("gpu_decodes", "cpu_fallbacks", "decoded_bytes", "undecodable", "decode_seconds"):
         if k in g1:  # servers with GPU decode (issue 23)
             d[k] = g1[k] - g0.get(k, 0)
+    if "build_phase_seconds" in g1:  # where builds spend their time
+        p0 = g0.get("build_phase_seconds", {})
+        d["build_phase_seconds"] = {k: round(v - p0.get(k, 0), 4)
+                                    for k, v in g1["build_phase_seconds"].items()}
     out.update(decoder=g1.get("decoder", "cpu"))
     out.update(gpu=d, resident_bytes=g1["resident_bytes"], pool_bytes=g1["pool_bytes"],
                h2d_bytes_per_image=ratio(d["upload_bytes"], deliv),

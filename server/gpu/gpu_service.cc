@@ -28,6 +28,12 @@ constexpr uint64_t kSlotAlign = 256;
 constexpr uint64_t kAllocationGranule = uint64_t{2} << 20;
 uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
+uint64_t NanosSince(std::chrono::steady_clock::time_point start) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - start)
+                                   .count());
+}
+
 Status OnDevice(int device) {
   return gpu::CudaCheck(cudaSetDevice(device), fmt::format("cudaSetDevice({})", device));
 }
@@ -164,6 +170,8 @@ class CudaGpuService : public GpuService {
   std::atomic<uint64_t> assemble_ns_{0};
   std::atomic<uint64_t> gpu_decodes_{0}, cpu_fallbacks_{0}, decoded_bytes_{0}, undecodable_{0};
   std::atomic<uint64_t> decode_ns_{0};
+  std::atomic<uint64_t> lock_ns_{0}, inspect_ns_{0}, nvjpeg_ns_{0}, resize_ns_{0},
+      cpu_decode_ns_{0}, decode_wait_ns_{0}, sync_ns_{0};  // GpuCounters::BuildPhases
   std::atomic<uint64_t> resident_blocks_{0};
   uint64_t resident_capacity_ = 0;  // fixed at creation
 };
@@ -312,6 +320,7 @@ Status CudaGpuService::Build(const DeviceBatchRequest& request) {
   }
   const auto start = std::chrono::steady_clock::now();
   MutexLock lock(mu_);
+  lock_ns_ += NanosSince(start);
   Status built = BuildLocked(request, *slots);
   assemble_ns_ += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
@@ -435,7 +444,9 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
     }
   }
   // The job is told only after this: it never sees a batch before its kernel has finished.
+  const auto sync_start = std::chrono::steady_clock::now();
   if (Status s = stream_.Synchronize(); !s.ok()) return s;
+  sync_ns_ += NanosSince(sync_start);
   batches_ += 1;
   images_ += n;
   uploads_ += uploads + stats->uploads;
@@ -465,6 +476,12 @@ Status CudaGpuService::DecodeLocked(const DeviceBatchRequest& request,
   decode_ns_ += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                           std::chrono::steady_clock::now() - start)
                                           .count());
+  auto ns = [](double s) { return static_cast<uint64_t>(s * 1e9); };
+  inspect_ns_ += ns(counts.inspect_s);
+  nvjpeg_ns_ += ns(counts.decode_s);
+  resize_ns_ += ns(counts.resize_s);
+  cpu_decode_ns_ += ns(counts.cpu_s);
+  decode_wait_ns_ += ns(counts.wait_s);
   gpu_decodes_ += counts.gpu;
   cpu_fallbacks_ += counts.cpu;
   decoded_bytes_ += counts.bytes;
@@ -501,6 +518,10 @@ GpuCounters CudaGpuService::Counters() const NO_THREAD_SAFETY_ANALYSIS {
   c.decoded_bytes = decoded_bytes_.load();
   c.undecodable = undecodable_.load();
   c.decode_seconds = static_cast<double>(decode_ns_.load()) * 1e-9;
+  auto seconds = [](const std::atomic<uint64_t>& ns) { return static_cast<double>(ns.load()) * 1e-9; };
+  c.phases = {seconds(lock_ns_),   seconds(inspect_ns_),     seconds(nvjpeg_ns_),
+              seconds(resize_ns_), seconds(cpu_decode_ns_), seconds(decode_wait_ns_),
+              seconds(sync_ns_)};
   return c;
 }
 

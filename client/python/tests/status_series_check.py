@@ -75,7 +75,13 @@ def record_with_job(tmp, server):
                               server.socket], stdout=subprocess.PIPE, text=True, timeout=120,
                              check=True)
     job = json.loads(consume.stdout)["job"]
-    time.sleep(1.0)  # the job leaves the server's list within the lease
+    # The job leaves the server's list once its close is handled (a loaded CI machine can take
+    # longer than any fixed sleep), then a few more records without it.
+    deadline = time.monotonic() + 30
+    while any(j["id"] == job for j in carpool.server_stats(socket=server.socket)["jobs"]):
+        check(time.monotonic() < deadline, f"job {job} still listed 30 s after it ended")
+        time.sleep(0.1)
+    time.sleep(0.5)
     rec.send_signal(signal.SIGINT)
     _, err = rec.communicate(timeout=10)
     check(rec.returncode == 0 and "stopped by signal" in err,
