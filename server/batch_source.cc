@@ -51,7 +51,12 @@ bool SingleJobSource::Leave() {
 
 void SingleJobSource::NoteClientBound(double now) {
   if (job_.removed || job_.done) return;
-  scheduler_.NoteClientBound(id_, job_.pool->FreeCount() == 0, now);
+  const size_t free = job_.pool->FreeCount();
+  scheduler_.NoteClient(id_,
+                        free == 0                          ? ClientState::kBound
+                        : free == job_.pool->slot_count() ? ClientState::kStarved
+                                                           : ClientState::kWaitingOnServer,
+                        now);
 }
 
 void SingleJobSource::LeaveScheduler() {

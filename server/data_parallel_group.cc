@@ -222,11 +222,17 @@ void DataParallelGroup::CheckJoined(double now, double timeout) {
 
 void DataParallelGroup::NoteClientBound(double now) {
   if (sched_ == 0 || failed_) return;
-  bool bound = true;
+  // Bound when every rank's slots are full; starved when every rank's are empty.
+  bool bound = true, starved = true;
   for (const EngineJob* rank : ranks_) {
     if (rank == nullptr || rank->pool->FreeCount() != 0) bound = false;
+    if (rank != nullptr && rank->pool->FreeCount() != rank->pool->slot_count()) starved = false;
   }
-  scheduler_.NoteClientBound(sched_, bound, now);
+  scheduler_.NoteClient(sched_,
+                        bound     ? ClientState::kBound
+                        : starved ? ClientState::kStarved
+                                  : ClientState::kWaitingOnServer,
+                        now);
 }
 
 void DataParallelGroup::LeaveScheduler() {

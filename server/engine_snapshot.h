@@ -36,6 +36,7 @@ struct JobSnapshot {
   uint64_t padded = 0;
   double held_s = 0;         // time held back by the pacing
   double client_bound = 0;   // recent fraction of time waiting on its own client
+  double pace = 0;           // samples/s while its client had a batch (Scheduler::JobStats)
 };
 
 struct EngineSnapshot {

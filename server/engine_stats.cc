@@ -23,6 +23,7 @@ JobSnapshot Engine::SnapshotJob(const Job& job) const {
     j.rate = s->rate;
     j.held_s = s->held;
     j.client_bound = s->client_bound;
+    j.pace = s->pace;
   }
   // A rank's share of its job's entries is 1 / world_size.
   const uint64_t total = uint64_t{job.request.epochs} * job.dataset_size;
@@ -133,7 +134,8 @@ Json JobJson(const JobSnapshot& j) {
           {"world_size", j.world_size},
           {"padded", j.padded},
           {"held_s", j.held_s},
-          {"client_bound", j.client_bound}};
+          {"client_bound", j.client_bound},
+          {"pace", j.pace}};
 }
 
 Json ServerJson(const EngineSnapshot& s) {

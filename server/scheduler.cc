@@ -44,9 +44,12 @@ struct Scheduler::Job {
   double held_since = 0;
   double held = 0;
   // Client-bound fraction: decayed time with every batch slot full over decayed time.
-  bool bound = false;
-  double bound_since = 0;  // the clock of the last NoteClientBound
+  ClientState client = ClientState::kWaitingOnServer;
+  double bound_since = 0;  // the clock of the last NoteClient
   double bound_time = 0, observed_time = 0;
+  // Pace: decayed deliveries over decayed time not starved, both decayed to pace_since.
+  double pace_samples = 0, fed_time = 0, pace_since = 0;
+  double pace() const { return fed_time > 0 ? pace_samples / fed_time : 0.0; }
   bool measured() const { return weighted_time > 0 && weighted_samples > 0; }
 };
 
@@ -56,6 +59,16 @@ Scheduler::Scheduler(const SchedulerOptions& options, RefCountSink* sink)
   if (!(options_.prior_rate > 0)) options_.prior_rate = 1.0;
   if (!(options_.bound_time_constant > 0)) options_.bound_time_constant = 2.0;
   if (!(options_.lift_fraction >= 0 && options_.lift_fraction <= 1)) options_.lift_fraction = 0.5;
+  if (!(options_.faster_margin >= 0)) options_.faster_margin = 0.2;
+  if (!(options_.pace_time_constant > 0)) options_.pace_time_constant = 5.0;
+}
+
+void Scheduler::DecayPace(Job& job, double now) const {
+  const double dt = std::max(0.0, now - job.pace_since);
+  const double decay = std::exp(-dt / options_.pace_time_constant);
+  job.pace_samples *= decay;
+  job.fed_time *= decay;
+  job.pace_since = std::max(job.pace_since, now);
 }
 
 Scheduler::~Scheduler() = default;
@@ -240,6 +253,8 @@ Status Scheduler::Consume(JobId id, size_t n, double now) {
   job->delivered += n;
   job->ready_prefix -= std::min(job->ready_prefix, n);
   now_ = std::max(now_, now);
+  DecayPace(*job, now_);
+  job->pace_samples += static_cast<double>(n);
   if (n > 0) {
     if (!job->started) {
       job->started = true;
@@ -401,6 +416,7 @@ Result<Scheduler::JobStats> Scheduler::Stats(JobId id) const {
   s.measured = job->measured();
   s.held = job->held + (job->holding ? std::max(0.0, now_ - job->held_since) : 0.0);
   s.client_bound = job->observed_time > 0 ? job->bound_time / job->observed_time : 0;
+  s.pace = job->pace();
   s.behind = job->behind;
   return s;
 }
@@ -443,15 +459,17 @@ uint64_t Scheduler::EffectiveLookahead() const {
   return std::max<uint64_t>(64, window + 2 * prefetch);
 }
 
-void Scheduler::NoteClientBound(JobId id, bool bound, double now) {
+void Scheduler::NoteClient(JobId id, ClientState state, double now) {
   Job* job = Find(id);
   if (job == nullptr) return;
   const double dt = std::max(0.0, now - job->bound_since);
   const double decay = std::exp(-dt / options_.bound_time_constant);
   // The state since the last call held for dt.
-  job->bound_time = job->bound_time * decay + (job->bound ? dt : 0.0);
+  job->bound_time = job->bound_time * decay + (job->client == ClientState::kBound ? dt : 0.0);
   job->observed_time = job->observed_time * decay + dt;
-  job->bound = bound;
+  DecayPace(*job, now);
+  if (job->client != ClientState::kStarved) job->fed_time += dt;
+  job->client = state;
   job->bound_since = now;
 }
 
@@ -499,15 +517,18 @@ bool Scheduler::MayTake(JobId id, size_t n, uint64_t pinned, double now) {
     }
   }
   if (furthest_behind) return grant(false);
-  // Lift for a job whose laggers are slower by nature: each waits on its own client.
+  // Lift for a job whose laggers are slower by nature: each waits on its own client, and this
+  // job's pace is clearly above each one's (not a lead that timing noise gave it).
   bool all_bound = true;
+  const double pace = job->pace();
   for (const Job* lagger : laggers_) {
     // A job level with this one is no lagger: held too, its slots empty, it would never count
     // as client-bound and two fast jobs would keep each other at a slow one's pace.
     if (lagger->behind <= job->behind) continue;
     const double fraction =
         lagger->observed_time > 0 ? lagger->bound_time / lagger->observed_time : 0.0;
-    if (fraction < options_.lift_fraction) {
+    if (fraction < options_.lift_fraction || pace <= 0 ||
+        pace < (1 + options_.faster_margin) * lagger->pace()) {
       all_bound = false;
       break;
     }

@@ -116,6 +116,20 @@ struct SchedulerOptions {
   // are slower by nature, and the server has slack to prepare their samples again.
   double lift_fraction = 0.5;
   double bound_time_constant = 2.0;  // clock units
+  // ... and only for a leader consistently faster by nature than each such lagger: its pace
+  // (samples per clock unit of the time its client had a batch, JobStats::pace) at least
+  // (1 + faster_margin) times theirs, measured over `pace_time_constant`. Without it, clients
+  // starved for CPU (training beside the server on few cores) all count as client-bound, and
+  // every jitter lead escapes the window (an Optuna sweep of 8 trials on 2 cores: 5,330 lifts).
+  double faster_margin = 0.2;
+  double pace_time_constant = 5.0;  // clock units
+};
+
+// What a job's client was doing since the engine last looked (Scheduler::NoteClient).
+enum class ClientState {
+  kStarved,         // every batch slot free: it has nothing to train on and waits for the server
+  kWaitingOnServer, // some slots free: it trains while the server fills the others
+  kBound,           // every slot full: its own client is the bound
 };
 
 // The pacing's state, for status and /metrics.
@@ -144,6 +158,9 @@ class Scheduler : public cache::NextUseOracle {
     double held = 0;        // clock units spent held back by the pacing
     uint64_t behind = 0;    // queue entries whose sample another job already delivered
     double client_bound = 0;  // fraction of recent time waiting on its own client
+    // Its natural speed: samples per clock unit of the time its client was not starved (0: not
+    // measured yet). Holding a job starves it, so unlike `rate` the pacing does not lower this.
+    double pace = 0;
   };
 
   // REQUIRES: `sink` (may be null: counts are not reported) outlives the scheduler.
@@ -206,12 +223,13 @@ class Scheduler : public cache::NextUseOracle {
   // `pinned` cache samples pinned by batches in flight. True when pacing is off, the capacity is
   // unknown, none of them would become owed (no other queue holds them, or another job already
   // took them), the owed samples stay within the window, the job is at least as far behind
-  // (queued samples others took) as each job it would lead, or those jobs are all client-bound. A refusal starts (or continues) the job's held time; a grant ends it.
+  // (queued samples others took) as each job it would lead, or those jobs are all client-bound
+  // and slower by nature than this one (SchedulerOptions::faster_margin). A refusal starts (or continues) the job's held time; a grant ends it.
   // Cost: O(n x queue entries of those samples).
   bool MayTake(JobId job, size_t n, uint64_t pinned, double now);
-  // Whether the job is waiting on its own client (every batch slot full) since the last call;
-  // feeds the decayed client-bound fraction that lifts the pacing. O(1).
-  void NoteClientBound(JobId job, bool bound, double now);
+  // What the job's client is doing since the last call; feeds the decayed client-bound
+  // fraction and the pace that together lift the pacing. O(1).
+  void NoteClient(JobId job, ClientState state, double now);
   PacingStats pacing() const;
   // The look-ahead in force: the override, or the window plus twice the largest prefetch depth
   // (at least 64). O(jobs).
@@ -260,6 +278,8 @@ class Scheduler : public cache::NextUseOracle {
   void MaybeResetEpoch(Job& job);
   // Recomputes every job's rate at the clock `now_`; unmeasured jobs get the measured mean.
   void RefreshRates();
+  // Decays the job's pace measure to `now`.
+  void DecayPace(Job& job, double now) const;
   void AddUse(SampleId sample, Job* job, uint64_t seq);
   void DropUse(SampleId sample, const Job* job, uint64_t seq);
   void Report(SampleId sample, int64_t delta) const;

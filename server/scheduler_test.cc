@@ -249,29 +249,72 @@ TEST(SchedulerTest, AnIdleJobDecidesAtMostAnEpochAheadOfItsDeliveries) {
   EXPECT_GE(s.Queue(1)->size(), 100u) << "still decided with the busy job up to there";
 }
 
-// A leader whose follower waits on its own client (all slots full) most of the time is let go:
-// the follower is slower by nature. Pacing off never holds.
-TEST(SchedulerTest, PacingLiftsForAClientBoundFollowerAndCanBeOff) {
+// Both jobs' clients in one state from `from` to `to`, then each consumes its count at `to`
+// (the same instant, so that their paces are counts over the same fed time).
+void RunClients(Scheduler& s, ClientState leader, ClientState lagger, double from, double to,
+                size_t leader_takes, size_t lagger_takes) {
+  s.NoteClient(1, leader, from);
+  s.NoteClient(2, lagger, from);
+  s.NoteClient(1, leader, to);
+  s.NoteClient(2, lagger, to);
+  ASSERT_TRUE(s.Consume(1, leader_takes, to).ok());
+  if (lagger_takes > 0) {
+    ASSERT_TRUE(s.Consume(2, lagger_takes, to).ok());
+  }
+}
+
+// A leader whose follower waits on its own client (all slots full) most of the time, and which
+// is clearly faster by nature, is let go. Pacing off never holds.
+TEST(SchedulerTest, PacingLiftsForAClientBoundSlowerFollowerAndCanBeOff) {
   for (bool pacing : {true, false}) {
     SchedulerOptions o = Opts(64);
     o.pacing = pacing;
     Scheduler s(o, nullptr);
     AddIdenticalJobs(s, 100, 2, 16);
     s.SetCapacity(8);  // window 4
-    ASSERT_TRUE(s.Consume(1, 4, 0).ok());
-    EXPECT_EQ(s.MayTake(1, 4, 0, 0), !pacing) << "pacing " << pacing;
+    // Over 4 s both clients are fed, the leader takes 8 samples and the follower 4.
+    RunClients(s, ClientState::kWaitingOnServer, ClientState::kWaitingOnServer, 0, 4, 8, 4);
+    EXPECT_DOUBLE_EQ(s.Stats(1)->pace, 2.0);
+    EXPECT_DOUBLE_EQ(s.Stats(2)->pace, 1.0);
+    EXPECT_EQ(s.MayTake(1, 4, 0, 4), !pacing) << "pacing " << pacing << ": 4 owed + 4 fresh";
     if (!pacing) continue;
-    // The follower is starved (slots free) for 1 s: still held.
-    s.NoteClientBound(2, false, 0);
-    s.NoteClientBound(2, false, 1);
-    EXPECT_FALSE(s.MayTake(1, 4, 0, 1));
+    // The follower is not client-bound (it waits on the server): still held.
+    s.NoteClient(2, ClientState::kWaitingOnServer, 5);
+    EXPECT_FALSE(s.MayTake(1, 4, 0, 5));
     // Then its client is the bound for 4 s: more than half of the decayed time.
-    s.NoteClientBound(2, true, 1);
-    s.NoteClientBound(2, true, 5);
+    s.NoteClient(2, ClientState::kBound, 5);
+    s.NoteClient(2, ClientState::kBound, 9);
     EXPECT_GT(s.Stats(2)->client_bound, 0.5);
-    EXPECT_TRUE(s.MayTake(1, 4, 0, 5)) << "lifted";
+    EXPECT_TRUE(s.MayTake(1, 4, 0, 9)) << "lifted";
     EXPECT_EQ(s.pacing().lifts, 1u);
   }
+}
+
+// The jitter case: the follower is client-bound, but the leader is no faster by nature (paces
+// 2.0 and 1.75, under the 20% margin), so the lead is held. Before the pace, clients starved for
+// CPU all counted as client-bound and every such lead escaped the window. A held leader's
+// starved time does not lower its pace.
+TEST(SchedulerTest, PacingHoldsALeaderNoFasterByNatureThanItsClientBoundFollower) {
+  Scheduler s(Opts(64), nullptr);
+  AddIdenticalJobs(s, 100, 2, 16);
+  s.SetCapacity(8);  // window 4
+  RunClients(s, ClientState::kWaitingOnServer, ClientState::kBound, 0, 4, 8, 7);
+  EXPECT_GT(s.Stats(2)->client_bound, 0.5);
+  EXPECT_FALSE(s.MayTake(1, 4, 0, 4)) << "1 owed + 4 fresh, and a lead of noise";
+  EXPECT_EQ(s.pacing().lifts, 0u);
+  // Held, the leader's client starves for 4 s; its pace stays where it was, decayed with its
+  // samples, so the hold does not make it look faster or slower.
+  const double pace = s.Stats(1)->pace;
+  s.NoteClient(1, ClientState::kStarved, 4);
+  s.NoteClient(1, ClientState::kStarved, 8);
+  EXPECT_NEAR(s.Stats(1)->pace, pace, 1e-9);
+  // A leader twice as fast as the follower is lifted past it.
+  Scheduler t(Opts(64), nullptr);
+  AddIdenticalJobs(t, 100, 2, 16);
+  t.SetCapacity(8);
+  RunClients(t, ClientState::kWaitingOnServer, ClientState::kBound, 0, 4, 8, 4);
+  EXPECT_TRUE(t.MayTake(1, 4, 0, 4));
+  EXPECT_EQ(t.pacing().lifts, 1u);
 }
 
 // Two fast jobs level with each other and one slow, client-bound job: the fast ones are lifted
@@ -280,12 +323,17 @@ TEST(SchedulerTest, PacingLiftsTwoFastJobsPastOneSlowOne) {
   Scheduler s(Opts(64), nullptr);
   AddIdenticalJobs(s, 100, 3, 16);
   s.SetCapacity(8);  // window 4
-  ASSERT_TRUE(s.Consume(1, 4, 0).ok());
-  ASSERT_TRUE(s.Consume(2, 4, 0).ok());
+  for (JobId j : {1, 2, 3}) {
+    s.NoteClient(j, j == 3 ? ClientState::kBound : ClientState::kWaitingOnServer, 0);
+  }
+  for (JobId j : {1, 2, 3}) {
+    s.NoteClient(j, j == 3 ? ClientState::kBound : ClientState::kWaitingOnServer, 4);
+  }
+  ASSERT_TRUE(s.Consume(1, 8, 4).ok());
+  ASSERT_TRUE(s.Consume(2, 8, 4).ok());
+  ASSERT_TRUE(s.Consume(3, 4, 4).ok());
   EXPECT_EQ(s.Stats(2)->behind, 0u);
   EXPECT_EQ(s.Stats(3)->behind, 4u);
-  s.NoteClientBound(3, true, 0);
-  s.NoteClientBound(3, true, 4);
   EXPECT_TRUE(s.MayTake(1, 4, 0, 4)) << "job 2 is level with job 1, not its lagger";
   ASSERT_TRUE(s.Consume(1, 4, 4).ok());
   EXPECT_TRUE(s.MayTake(2, 4, 0, 4)) << "job 2 follows job 1: nothing fresh";

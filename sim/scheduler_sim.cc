@@ -137,8 +137,13 @@ class Sim {
     for (size_t i = 0; i < specs_.size(); ++i) {
       JobState& job = jobs_[i];
       if (job.state != kRunning) continue;
-      // Bound: the server gave the job everything its speed asked for; it waits on itself.
-      scheduler_.NoteClientBound(Id(i), !job.held && !job.starved, static_cast<double>(t));
+      // Bound: the server gave the job everything its speed asked for; it waits on itself. A
+      // held job got nothing (starved); one that waited on a preparation was partly fed.
+      scheduler_.NoteClient(Id(i),
+                            job.held      ? ClientState::kStarved
+                            : job.starved ? ClientState::kWaitingOnServer
+                                          : ClientState::kBound,
+                            static_cast<double>(t));
       job.delivered = 0;
       job.held = job.starved = false;
       // A factor lasts jitter_period ticks from the job's first: a job slowed for a while.
