@@ -222,6 +222,22 @@ void SamplingTree::ApplyDraw(const Draw& d) {
   }
 }
 
+SampleId SamplingTree::CoupledLeafDraw(size_t p, SampleId x, size_t q) {
+  const Roaring& from = jobs_[p].leaf;  // A, of which x is a uniform draw
+  const Roaring& to = jobs_[q].leaf;    // B
+  const uint64_t a = jobs_[p].leaf_size, b = jobs_[q].leaf_size;
+  // Maximal coupling of Unif(A) and Unif(B): keep x with probability min(1, a / b) when x is in
+  // B, which gives each element of A∩B probability 1 / max(a, b) ...
+  if (to.contains(x) && (a >= b || rng_.Bernoulli(a, b))) return x;
+  // ... and the rest of Unif(B) otherwise: 1/b - 1/a on each element of A∩B (only when a > b)
+  // and 1/b on each of B\A, by rejection from Unif(B) (one try expected per round, as the
+  // rejected mass is what the kept x already took).
+  for (;;) {
+    const SampleId y = UniformElement(to, b, rng_);
+    if (!from.contains(y) || (a > b && rng_.Bernoulli(a - b, a))) return y;
+  }
+}
+
 void SamplingTree::RunRound(std::span<const JobId> participants, std::vector<Assignment>* out) {
   const size_t n = jobs_.size();
   in_round_.assign(n, 0);
@@ -238,6 +254,8 @@ void SamplingTree::RunRound(std::span<const JobId> participants, std::vector<Ass
   // X = the spine nodes [0, next_node) used so far; `used` = |∪X|, subtracted from every w_j.
   size_t next_node = 0;
   uint64_t used = 0;
+  int64_t last_leaf = -1;  // position of the round's latest leaf draw, and its sample
+  SampleId last_leaf_sample = 0;
   for (size_t gi = 0; gi < group_.size();) {
     const size_t p = group_[gi];
     uint64_t c = 0;  // |C|: nodes next_node..p
@@ -262,7 +280,10 @@ void SamplingTree::RunRound(std::span<const JobId> participants, std::vector<Ass
       d.sample = UniformElement(spine_[q], spine_size_[q], rng_);
       d.spine = static_cast<int32_t>(q);
     } else {
-      d.sample = UniformElement(jobs_[p].leaf, jobs_[p].leaf_size, rng_);
+      d.sample = last_leaf >= 0 ? CoupledLeafDraw(static_cast<size_t>(last_leaf), last_leaf_sample, p)
+                                : UniformElement(jobs_[p].leaf, jobs_[p].leaf_size, rng_);
+      last_leaf = static_cast<int64_t>(p);
+      last_leaf_sample = d.sample;
     }
     gi += d.count;
     draws_.push_back(d);

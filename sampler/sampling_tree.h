@@ -118,6 +118,13 @@ class SamplingTree {
   // Swaps the jobs at positions p and p+1, touching only N_{p+1}, N_{p+2}, L_p and L_{p+1}.
   void SwapAdjacent(size_t p);
   void ApplyDraw(const Draw& d);
+  // The leaf draw of position q in a round whose latest leaf draw was x, at position p:
+  // uniform over L_q, and x itself with the highest probability that allows,
+  // |L_p ∩ L_q| / max(|L_p|, |L_q|) over x's draw (a maximal coupling). Nothing else in the round
+  // depends on which sample a leaf draw takes, so every job stays uniform over its R; two jobs on
+  // one dataset then take the same sample even where a third job's set splits their R into spine
+  // and leaf (docs/design-departures.md). O(1) expected.
+  SampleId CoupledLeafDraw(size_t p, SampleId x, size_t q);
   void Resort();
 
   Rng rng_;
