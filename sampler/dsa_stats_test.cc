@@ -61,6 +61,19 @@ SamplingTree RandomState(std::mt19937_64& gen, int jobs, uint32_t universe, bool
   return tree;
 }
 
+// Adds a round's draws to the chi-square cells: counts[j][i] for the i-th id of R_j (ids[j]
+// sorted). Fails the test on a sample outside its job's R.
+void CountDraws(const std::vector<Assignment>& out, std::map<JobId, std::vector<SampleId>>& ids,
+                std::map<JobId, std::vector<uint64_t>>& counts) {
+  for (const Assignment& a : out) {
+    for (JobId j : a.jobs) {
+      auto it = std::lower_bound(ids[j].begin(), ids[j].end(), a.sample);
+      ASSERT_TRUE(it != ids[j].end() && *it == a.sample) << "sample outside R of job " << j;
+      ++counts[j][it - ids[j].begin()];
+    }
+  }
+}
+
 // For each state: run one round `kTrials` times from copies of the state with fresh seeds and
 // test each participant's sample against uniform over its R (Pearson chi-square, df = |R|-1).
 void CheckPerRoundUniformity(bool churn, uint64_t base_seed) {
@@ -89,13 +102,7 @@ void CheckPerRoundUniformity(bool churn, uint64_t base_seed) {
       copy.Reseed(SplitMix64(base_seed * 1000003 + s * 10007 + t));
       out.clear();
       copy.RunRound(participants, &out);
-      for (const Assignment& a : out) {
-        for (JobId j : a.jobs) {
-          auto it = std::lower_bound(r[j].begin(), r[j].end(), a.sample);
-          ASSERT_TRUE(it != r[j].end() && *it == a.sample) << "sample outside R of job " << j;
-          ++counts[j][it - r[j].begin()];
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(CountDraws(out, r, counts));
     }
     for (auto& [j, c] : counts) {
       uint64_t total = 0;
@@ -251,13 +258,7 @@ TEST(DsaStatsTest, CoupledLeafDrawsShareAndStayUniform) {
       out.clear();
       copy.RunRound(pair, &out);
       shared += out.size() == 1;
-      for (const Assignment& a : out) {
-        for (JobId j : a.jobs) {
-          auto it = std::lower_bound(ids[j].begin(), ids[j].end(), a.sample);
-          ASSERT_TRUE(it != ids[j].end() && *it == a.sample) << "sample outside R of job " << j;
-          ++counts[j][it - ids[j].begin()];
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(CountDraws(out, ids, counts));
     }
     for (auto& [j, cells] : counts) {
       p_values.push_back(
