@@ -12,43 +12,10 @@
 #include "server/image_codec.h"
 
 namespace carpool {
-namespace {
-
-// Where the prepared pixels come from: resize the decoded image to resized_*, then copy the
-// out_* window at (crop_x, crop_y).
-struct Geometry {
-  int resized_width = 0;
-  int resized_height = 0;
-  int crop_x = 0;
-  int crop_y = 0;
-  int out_width = 0;
-  int out_height = 0;
-};
-
-Status CheckSpec(const PrepareSpec& spec) {
-  if (spec.channels != 1 && spec.channels != 3) {
-    return Status::InvalidArgument(
-        fmt::format("prepare spec \"{}\": channels must be 1 or 3", spec.ToString()));
-  }
-  if (spec.raw && (spec.resize > 0 || spec.crop > 0)) {
-    return Status::InvalidArgument(fmt::format(
-        "prepare spec \"{}\": raw cannot be combined with resize or crop", spec.ToString()));
-  }
-  if (spec.gpu_decode && (spec.raw || spec.channels != 3)) {
-    return Status::InvalidArgument(fmt::format(
-        "prepare spec \"{}\": decode=gpu needs RGB images (channels=3, not raw)",
-        spec.ToString()));
-  }
-  if (spec.resize < 0 || spec.crop < 0) {
-    return Status::InvalidArgument(fmt::format(
-        "prepare spec: resize={} crop={} must not be negative", spec.resize, spec.crop));
-  }
-  return Status::OK();
-}
 
 // The shorter side goes to spec.resize; the longer side keeps the aspect ratio, rounded half up.
-Result<Geometry> GeometryFor(const PrepareSpec& spec, int src_width, int src_height) {
-  Geometry g{src_width, src_height, 0, 0, src_width, src_height};
+Result<ResizeCropGeometry> ResizeCropFor(const PrepareSpec& spec, int src_width, int src_height) {
+  ResizeCropGeometry g{src_width, src_height, src_width, src_height, 0, 0, src_width, src_height};
   if (spec.resize > 0) {
     const int64_t shorter = std::min(src_width, src_height);
     const int64_t longer = std::max(src_width, src_height);
@@ -76,6 +43,32 @@ Result<Geometry> GeometryFor(const PrepareSpec& spec, int src_width, int src_hei
   }
   return g;
 }
+
+namespace {
+
+// Where the prepared pixels come from: resize the decoded image to resized_*, then copy the
+// out_* window at (crop_x, crop_y).
+Status CheckSpec(const PrepareSpec& spec) {
+  if (spec.channels != 1 && spec.channels != 3) {
+    return Status::InvalidArgument(
+        fmt::format("prepare spec \"{}\": channels must be 1 or 3", spec.ToString()));
+  }
+  if (spec.raw && (spec.resize > 0 || spec.crop > 0)) {
+    return Status::InvalidArgument(fmt::format(
+        "prepare spec \"{}\": raw cannot be combined with resize or crop", spec.ToString()));
+  }
+  if (spec.gpu_decode && (spec.raw || spec.channels != 3)) {
+    return Status::InvalidArgument(fmt::format(
+        "prepare spec \"{}\": decode=gpu needs RGB images (channels=3, not raw)",
+        spec.ToString()));
+  }
+  if (spec.resize < 0 || spec.crop < 0) {
+    return Status::InvalidArgument(fmt::format(
+        "prepare spec: resize={} crop={} must not be negative", spec.resize, spec.crop));
+  }
+  return Status::OK();
+}
+
 
 Result<PreparedShape> PrepareRaw(const PrepareSpec& spec, std::span<const uint8_t> encoded,
                                  std::span<uint8_t>* dst, PreparedShape raw_shape) {
@@ -137,28 +130,13 @@ Result<PreparedShape> PreparedShapeFor(const PrepareSpec& spec, std::span<const 
   if (spec.raw) return PrepareRaw(spec, encoded, nullptr, raw_shape);
   Result<ImageHeader> info = SourceSize(encoded, spec.channels);
   if (!info.ok()) return info.status();
-  Result<Geometry> g = GeometryFor(spec, info->width, info->height);
+  Result<ResizeCropGeometry> g = ResizeCropFor(spec, info->width, info->height);
   if (!g.ok()) return g.status();
   PreparedShape shape{g->out_height, g->out_width, spec.channels};
   if (spec.gpu_decode && CheckGpuDecodable(*info).ok()) {
     shape.encoded_bytes = static_cast<uint32_t>(encoded.size());
   }
   return shape;
-}
-
-Result<ResizeCropGeometry> ResizeCropFor(const PrepareSpec& spec, int src_width, int src_height) {
-  Result<Geometry> g = GeometryFor(spec, src_width, src_height);
-  if (!g.ok()) return g.status();
-  ResizeCropGeometry r;
-  r.src_width = src_width;
-  r.src_height = src_height;
-  r.resized_width = g->resized_width;
-  r.resized_height = g->resized_height;
-  r.crop_x = g->crop_x;
-  r.crop_y = g->crop_y;
-  r.out_width = g->out_width;
-  r.out_height = g->out_height;
-  return r;
 }
 
 namespace {
@@ -208,7 +186,7 @@ Result<PreparedShape> PrepareInto(const PrepareSpec& spec, std::span<const uint8
   if (spec.gpu_decode) {
     if (CheckGpuDecodable(*info).ok()) {  // the encoded tier: the GPU decodes it
       // The header just read gives the shape: no second walk of the file.
-      Result<Geometry> g = GeometryFor(spec, info->width, info->height);
+      Result<ResizeCropGeometry> g = ResizeCropFor(spec, info->width, info->height);
       if (!g.ok()) return g.status();
       const PreparedShape shape{g->out_height, g->out_width, spec.channels,
                                 static_cast<uint32_t>(encoded.size())};
@@ -237,7 +215,7 @@ Result<PreparedShape> PrepareInto(const PrepareSpec& spec, std::span<const uint8
         decoded->rows, info->width, info->height, factor, want_width, want_height));
   }
   // The geometry comes from the full-resolution size, so the shape does not depend on the factor.
-  Result<Geometry> g = GeometryFor(spec, info->width, info->height);
+  Result<ResizeCropGeometry> g = ResizeCropFor(spec, info->width, info->height);
   if (!g.ok()) return g.status();
   const PreparedShape shape{g->out_height, g->out_width, spec.channels};
   if (Status s = CheckRoom(shape, dst); !s.ok()) return s;
