@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "sampler/rng.h"
@@ -61,6 +62,16 @@ SamplingTree RandomState(std::mt19937_64& gen, int jobs, uint32_t universe, bool
   return tree;
 }
 
+// One round over `participants` from a copy of `state` reseeded with `seed`: `out` holds only
+// that round's assignments. The state itself is left as it was, for the next trial.
+void RoundOnACopy(const SamplingTree& state, uint64_t seed, std::span<const JobId> participants,
+                  std::vector<Assignment>* out) {
+  SamplingTree copy = state;
+  copy.Reseed(seed);
+  out->clear();
+  copy.RunRound(participants, out);
+}
+
 // Adds a round's draws to the chi-square cells: counts[j][i] for the i-th id of R_j (ids[j]
 // sorted). Fails the test on a sample outside its job's R.
 void CountDraws(const std::vector<Assignment>& out, std::map<JobId, std::vector<SampleId>>& ids,
@@ -98,10 +109,7 @@ void CheckPerRoundUniformity(bool churn, uint64_t base_seed) {
     }
     std::vector<Assignment> out;
     for (int t = 0; t < kTrials; ++t) {
-      SamplingTree copy = state;
-      copy.Reseed(SplitMix64(base_seed * 1000003 + s * 10007 + t));
-      out.clear();
-      copy.RunRound(participants, &out);
+      RoundOnACopy(state, SplitMix64(base_seed * 1000003 + s * 10007 + t), participants, &out);
       ASSERT_NO_FATAL_FAILURE(CountDraws(out, r, counts));
     }
     for (auto& [j, c] : counts) {
@@ -157,10 +165,7 @@ TEST(DsaStatsTest, TwoJobsShareAtTheOptimum) {
     uint64_t shared = 0;
     std::vector<Assignment> out;
     for (int t = 0; t < kTrials; ++t) {
-      SamplingTree copy = state;
-      copy.Reseed(SplitMix64(s * 100003 + t));
-      out.clear();
-      copy.RunRound(both, &out);
+      RoundOnACopy(state, SplitMix64(s * 100003 + t), both, &out);
       shared += out.size() == 1;
     }
     if (bound == 0.0 || bound == 1.0) {
@@ -253,10 +258,7 @@ TEST(DsaStatsTest, CoupledLeafDrawsShareAndStayUniform) {
     uint64_t shared = 0;
     std::vector<Assignment> out;
     for (int t = 0; t < kTrials; ++t) {
-      SamplingTree copy = state;
-      copy.Reseed(SplitMix64(c * 1000003 + t));
-      out.clear();
-      copy.RunRound(pair, &out);
+      RoundOnACopy(state, SplitMix64(c * 1000003 + t), pair, &out);
       shared += out.size() == 1;
       ASSERT_NO_FATAL_FAILURE(CountDraws(out, ids, counts));
     }
@@ -318,10 +320,7 @@ TEST(DsaStatsTest, MaskedThirdJobLowersPairSharing) {
   std::vector<Assignment> out;
   const std::vector<JobId> pair = {0, 2};
   for (int t = 0; t < kTrials; ++t) {
-    SamplingTree copy = state;
-    copy.Reseed(SplitMix64(t));
-    out.clear();
-    copy.RunRound(pair, &out);
+    RoundOnACopy(state, SplitMix64(t), pair, &out);
     shared += out.size() == 1;
   }
   EXPECT_GE(BinomialZPValue(shared, kTrials, 5.0 / 12), kFamilyAlpha);
