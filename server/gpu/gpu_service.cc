@@ -322,9 +322,7 @@ Status CudaGpuService::Build(const DeviceBatchRequest& request) {
   MutexLock lock(mu_);
   lock_ns_ += NanosSince(start);
   Status built = BuildLocked(request, *slots);
-  assemble_ns_ += static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-          .count());
+  assemble_ns_ += NanosSince(start);
   return built;
 }
 
@@ -473,9 +471,7 @@ Status CudaGpuService::DecodeLocked(const DeviceBatchRequest& request,
   gpu::DecodeCounts counts;
   std::vector<std::pair<size_t, Status>> failed;
   Status s = decode_->Decode(*request.prepare, targets, stream_.get(), &failed, &counts);
-  decode_ns_ += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                          std::chrono::steady_clock::now() - start)
-                                          .count());
+  decode_ns_ += NanosSince(start);
   auto ns = [](double s) { return static_cast<uint64_t>(s * 1e9); };
   inspect_ns_ += ns(counts.inspect_s);
   nvjpeg_ns_ += ns(counts.decode_s);
