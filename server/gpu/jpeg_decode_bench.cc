@@ -1,7 +1,10 @@
 // carpool_jpeg_decode_bench: JPEG decode throughput on this machine, in one run: nvJPEG's
 // hardware backend (the JPEG engines), its GPU-hybrid backend, and libjpeg-turbo on the CPU
 // (one thread, and every core), on synthetic 500x375 quality-90 photos like the bench set's.
-//   carpool_jpeg_decode_bench [--images N] [--batch B] [--rounds R]
+//   carpool_jpeg_decode_bench [--images N] [--batch B] [--rounds R] [--threads K] [--seconds S]
+// --threads K (K >= 2) adds a row of K threads, each with its own decoder and stream, running the
+// server's path at once for S seconds (default 10): whether concurrent builds overlap their
+// decodes, alone or beside another process's training.
 #include <turbojpeg.h>
 
 #include <algorithm>
@@ -64,6 +67,22 @@ double CpuRate(const std::vector<std::vector<uint8_t>>& jpegs, int w, int h, uns
   return double(jpegs.size()) / std::chrono::duration<double>(Clock::now() - begin).count();
 }
 
+// The JPEGs copied into pinned memory, as the registered cache holds them; `held` views them.
+Result<PinnedHostBuffer> Pin(const std::vector<std::vector<uint8_t>>& jpegs,
+                             std::vector<std::span<const uint8_t>>* held) {
+  size_t total = 0;
+  for (const auto& j : jpegs) total += j.size();
+  Result<PinnedHostBuffer> pinned = PinnedHostBuffer::Allocate(total);
+  if (!pinned.ok()) return pinned;
+  auto* at = static_cast<uint8_t*>(pinned->data());
+  for (const auto& j : jpegs) {
+    std::memcpy(at, j.data(), j.size());
+    held->emplace_back(at, j.size());
+    at += j.size();
+  }
+  return pinned;
+}
+
 // The server's path: BatchDecoder (header parse, nvJPEG, the exact resize to 224x224) on batches
 // of JPEGs in pinned memory, as the registered cache holds them; its phases' wall time.
 int ServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t batch, size_t rounds,
@@ -72,19 +91,11 @@ int ServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t batch, siz
   Result<PrepareSpec> spec = ParsePrepareSpec("resize=256,crop=224,decode=gpu");
   if (!d.ok() || !spec.ok()) return 1;
   BatchDecoder decoder(std::move(*d), uint64_t{512} << 20);
-  size_t total = 0;
-  for (const auto& j : jpegs) total += j.size();
-  Result<PinnedHostBuffer> pinned = PinnedHostBuffer::Allocate(total);
+  std::vector<std::span<const uint8_t>> held;
+  Result<PinnedHostBuffer> pinned = Pin(jpegs, &held);
   const PreparedShape shape{224, 224, 3};
   Result<DeviceBuffer> out = DeviceBuffer::Allocate(shape.bytes() * batch);
   if (!pinned.ok() || !out.ok()) return 1;
-  std::vector<std::span<const uint8_t>> held;
-  auto* at = static_cast<uint8_t*>(pinned->data());
-  for (const auto& j : jpegs) {
-    std::memcpy(at, j.data(), j.size());
-    held.emplace_back(at, j.size());
-    at += j.size();
-  }
   double best = 0;
   DecodeCounts phases;
   for (size_t r = 0; r < rounds; ++r) {
@@ -93,8 +104,8 @@ int ServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t batch, siz
     for (size_t first = 0; first + batch <= held.size(); first += batch) {
       std::vector<DecodeTarget> targets;
       for (size_t i = 0; i < batch; ++i) {
-        targets.push_back({i, held[first + i], shape,
-                           static_cast<uint8_t*>(out->data()) + i * shape.bytes()});
+        targets.push_back(
+            {i, held[first + i], shape, static_cast<uint8_t*>(out->data()) + i * shape.bytes()});
       }
       std::vector<std::pair<size_t, Status>> failed;
       if (Status s = decoder.Decode(*spec, targets, stream, &failed, &counts); !s.ok()) {
@@ -109,22 +120,95 @@ int ServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t batch, siz
       phases = counts;
     }
   }
-  std::printf("server path (BatchDecoder %s, decode + exact resize to 224x224): %.0f img/s; "
-              "seconds in header parse %.3f, decode call %.3f, resize %.3f, CPU side %.3f, "
-              "stream wait %.3f\n",
-              decoder.backend().c_str(), best, phases.inspect_s, phases.decode_s,
-              phases.resize_s, phases.cpu_s, phases.wait_s);
+  std::printf(
+      "server path (BatchDecoder %s, decode + exact resize to 224x224): %.0f img/s; "
+      "seconds in header parse %.3f, decode call %.3f, resize %.3f, CPU side %.3f, "
+      "stream wait %.3f\n",
+      decoder.backend().c_str(), best, phases.inspect_s, phases.decode_s, phases.resize_s,
+      phases.cpu_s, phases.wait_s);
+  return 0;
+}
+
+// K threads at once, each with its own BatchDecoder, stream and outputs, decoding batches of the
+// same pinned JPEGs for `seconds`; the aggregate rate and the mean decode call per batch.
+int ConcurrentServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t batch,
+                         size_t threads, double seconds) {
+  Result<PrepareSpec> spec = ParsePrepareSpec("resize=256,crop=224,decode=gpu");
+  std::vector<std::span<const uint8_t>> held;
+  Result<PinnedHostBuffer> pinned = Pin(jpegs, &held);
+  if (!spec.ok() || !pinned.ok()) return 1;
+  const PreparedShape shape{224, 224, 3};
+  std::vector<size_t> done(threads, 0);
+  std::vector<double> decode_s(threads, 0);
+  std::vector<int> failed_threads(threads, 0);
+  const auto begin = Clock::now();
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      Result<std::unique_ptr<JpegDecoder>> d = JpegDecoder::Create(uint32_t(batch));
+      Result<CudaStream> stream = CudaStream::Create();
+      Result<DeviceBuffer> out = DeviceBuffer::Allocate(shape.bytes() * batch);
+      if (!d.ok() || !stream.ok() || !out.ok()) {
+        failed_threads[t] = 1;
+        return;
+      }
+      BatchDecoder decoder(std::move(*d), uint64_t{512} << 20);
+      DecodeCounts counts;
+      for (size_t first = t * batch % held.size();
+           std::chrono::duration<double>(Clock::now() - begin).count() < seconds;
+           first = (first + batch) % (held.size() / batch * batch)) {
+        std::vector<DecodeTarget> targets;
+        for (size_t i = 0; i < batch; ++i) {
+          targets.push_back({i, held[(first + i) % held.size()], shape,
+                             static_cast<uint8_t*>(out->data()) + i * shape.bytes()});
+        }
+        std::vector<std::pair<size_t, Status>> failed;
+        if (!decoder.Decode(*spec, targets, stream->get(), &failed, &counts).ok() ||
+            !stream->Synchronize().ok()) {
+          failed_threads[t] = 1;
+          return;
+        }
+        done[t] += batch;
+      }
+      decode_s[t] = counts.decode_s;
+    });
+  }
+  for (auto& th : pool) th.join();
+  const double secs = std::chrono::duration<double>(Clock::now() - begin).count();
+  size_t images = 0;
+  double call_s = 0;
+  for (size_t t = 0; t < threads; ++t) {
+    if (failed_threads[t]) {
+      std::printf("server path, %zu threads: thread %zu failed\n", threads, t);
+      return 1;
+    }
+    images += done[t];
+    call_s += decode_s[t];
+  }
+  std::printf(
+      "server path, %zu threads at once for %.1f s: %.0f img/s in all; decode call %.2f ms "
+      "a batch of %zu\n",
+      threads, secs, double(images) / secs, 1e3 * call_s / double(images / batch), batch);
   return 0;
 }
 
 int Run(int argc, char** argv) {
-  size_t images = 2048, batch = 256, rounds = 3;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it comes, beside another process too
+  size_t images = 2048, batch = 256, rounds = 3, threads = 1;
+  double seconds = 10;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const size_t value = std::strtoull(argv[i + 1], nullptr, 10);
-    if (flag == "--images") images = value;
-    else if (flag == "--batch") batch = value;
-    else if (flag == "--rounds") rounds = value;
+    if (flag == "--images")
+      images = value;
+    else if (flag == "--batch")
+      batch = value;
+    else if (flag == "--rounds")
+      rounds = value;
+    else if (flag == "--threads")
+      threads = value;
+    else if (flag == "--seconds")
+      seconds = std::strtod(argv[i + 1], nullptr);
   }
   const int w = 500, h = 375;
   std::vector<std::vector<uint8_t>> jpegs;
@@ -133,8 +217,8 @@ int Run(int argc, char** argv) {
     jpegs.push_back(NoisyPhotoJpeg(w, h, uint32_t(i)));
     encoded_bytes += jpegs.back().size();
   }
-  std::printf("%zu JPEGs 500x375 q90 4:2:0, mean %.1f KiB; batch %zu, best of %zu rounds\n",
-              images, double(encoded_bytes) / images / 1024, batch, rounds);
+  std::printf("%zu JPEGs 500x375 q90 4:2:0, mean %.1f KiB; batch %zu, best of %zu rounds\n", images,
+              double(encoded_bytes) / images / 1024, batch, rounds);
   const double cpu1 = CpuRate(jpegs, w, h, 1);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const double cpun = CpuRate(jpegs, w, h, cores);
@@ -180,7 +264,11 @@ int Run(int argc, char** argv) {
     std::printf("nvJPEG %s: %.0f img/s (%.2fx libjpeg-turbo on %u threads)\n",
                 JpegBackendName(prefer), best, best / cpun, cores);
   }
-  return ServerPath(jpegs, batch, rounds, stream->get());
+  if (int rc = ServerPath(jpegs, batch, rounds, stream->get()); rc != 0) return rc;
+  for (size_t k = 1; threads >= 2 && k <= threads; k *= 2) {
+    if (int rc = ConcurrentServerPath(jpegs, batch, k, seconds); rc != 0) return rc;
+  }
+  return 0;
 }
 
 }  // namespace
