@@ -62,11 +62,6 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   go.resident_bytes = options.gpu_cache_bytes;
   go.gpu_decode = options.gpu_decode;
   go.decode_bytes = options.gpu_decode_bytes;
-  go.decode_cpu_threads = options.gpu_decode_cpu_threads;
-  if (go.decode_cpu_threads == EngineOptions::kAutoThreads) {
-    const size_t cores = std::max(1u, std::thread::hardware_concurrency());
-    go.decode_cpu_threads = std::max<size_t>(1, cores / 2 / std::max<size_t>(1, options.gpus.size()));
-  }
   go.host_region = e->cache_->Mapping();
   // Next uses as the scheduler last reported them to the cache: a GPU never takes the engine's
   // lock, only the cache's (a leaf).

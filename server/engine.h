@@ -70,10 +70,6 @@ struct EngineOptions {
   // --gpu-decode: GPU jobs' JPEGs decoded on their GPU (decode=gpu keys, docs/gpu.md).
   GpuDecode gpu_decode = GpuDecode::kAuto;
   uint64_t gpu_decode_bytes = uint64_t{512} << 20;  // decoded images held at once per GPU
-  // Helper threads per GPU decoding a share of each GPU build on the CPU (decode_split.h);
-  // kAutoThreads: half the cores, shared among the GPUs.
-  static constexpr size_t kAutoThreads = ~size_t{0};
-  size_t gpu_decode_cpu_threads = kAutoThreads;
   // A data-parallel job whose ranks have not all joined this long after its first fails.
   std::chrono::milliseconds rank_join_timeout{60000};
   // The cross-node partition's seed (sampler/node_partition.h): the same on every node of a sweep.

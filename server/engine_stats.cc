@@ -166,8 +166,6 @@ Json ServerJson(const EngineSnapshot& s) {
                     {"decoder", g.decoder.empty() ? "cpu" : g.decoder},
                     {"gpu_decodes", g.gpu_decodes},
                     {"cpu_fallbacks", g.cpu_fallbacks},
-                    {"cpu_share_decodes", g.cpu_share_decodes},
-                    {"cpu_share", g.cpu_share},
                     {"decoded_bytes", g.decoded_bytes},
                     {"undecodable", g.undecodable},
                     {"decode_seconds", g.decode_seconds},
@@ -178,7 +176,6 @@ Json ServerJson(const EngineSnapshot& s) {
                       {"resize", g.phases.resize},
                       {"cpu_decode", g.phases.cpu_decode},
                       {"decode_wait", g.phases.decode_wait},
-                      {"share_wait", g.phases.share_wait},
                       {"sync", g.phases.sync}}}});
   }
   const cache::CacheStats& c = s.cache;

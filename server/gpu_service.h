@@ -76,18 +76,13 @@ struct GpuCounters {
   // and samples neither could decode.
   std::string decoder;
   uint64_t gpu_decodes = 0, cpu_fallbacks = 0, decoded_bytes = 0, undecodable = 0;
-  // Decodable on the GPU, decoded by helper threads beside nvJPEG (the CPU share), and that
-  // share of the latest builds (0..1).
-  uint64_t cpu_share_decodes = 0;
-  double cpu_share = 0;
   double decode_seconds = 0;  // of Build's wall time, spent decoding and resizing
   // Build's wall time by phase, to tell where a slow build waits: for the previous build (lock),
   // nvJPEG's header parse, its decode call, the resize launch, CPU decode of what nvJPEG refused,
-  // the stream between decode batches, the CPU share after the GPU's part, and the final wait
-  // for the batch's GPU work.
+  // the stream between decode batches, and the final wait for the batch's GPU work.
   struct BuildPhases {
     double lock = 0, inspect = 0, nvjpeg = 0, resize = 0, cpu_decode = 0, decode_wait = 0,
-           share_wait = 0, sync = 0;
+           sync = 0;
   } phases;
 };
 
@@ -124,9 +119,6 @@ struct GpuServiceOptions {
   // GPU decode: off, auto (on where nvJPEG loads) or on (the server fails to start without it).
   GpuDecode gpu_decode = GpuDecode::kAuto;
   uint64_t decode_bytes = uint64_t{512} << 20;  // cap on the decoded images held at once
-  // Helper threads per GPU that decode a share of each build on the CPU beside nvJPEG (the JPEG
-  // engines only); 0: none.
-  size_t decode_cpu_threads = 0;
   // Next uses (the scheduler's clock) of `samples`, written to `out`; +inf for none. Called from
   // Build while it evicts resident samples, with no engine lock held by the caller.
   std::function<void(std::span<const uint32_t> samples, std::span<double> out)> next_use;

@@ -166,10 +166,6 @@ std::string RenderPrometheus(const EngineSnapshot& s) {
   per_gpu("carpool_gpu_build_cpu_decodes_total", "counter",
           "Encoded samples a GPU's build decoded on the CPU (streams nvJPEG refused at decode)",
           &GpuCounters::cpu_fallbacks);
-  per_gpu("carpool_gpu_cpu_share_decodes_total", "counter",
-          "Encoded samples decodable on the GPU that helper threads decoded beside nvJPEG (the "
-          "CPU share)",
-          &GpuCounters::cpu_share_decodes);
   per_gpu("carpool_gpu_decoded_bytes_total", "counter",
           "Encoded bytes read from the host cache's encoded tier for GPU decode",
           &GpuCounters::decoded_bytes);

@@ -102,7 +102,6 @@ int Serve(int argc, char** argv) {
   std::string state_dir, socket, cache_size = "1GiB", policy = "refcnt", lease = "2s";
   std::string gpus = "all", gpu_cache_size = "2GiB", metrics, rank_join_timeout = "60s", group;
   std::string pacing = "on", gpu_decode = "auto", gpu_decode_memory = "512MiB";
-  std::string gpu_decode_cpu_threads = "auto";
   uint32_t workers = 0, max_jobs = ControlPlaneOptions{}.max_jobs;
   uint64_t lookahead = kDefaultLookahead, seed = 1, partition_seed = kDefaultPartitionSeed;
   po::options_description opts;
@@ -140,10 +139,6 @@ int Serve(int argc, char** argv) {
       "docs/gpu.md). auto: where libnvjpeg loads; on: fail to start without it (default auto)")(
       "gpu-decode-memory", po::value(&gpu_decode_memory),
       "device memory per GPU for decoded images awaiting their resize (default 512MiB)")(
-      "gpu-decode-cpu-threads", po::value(&gpu_decode_cpu_threads),
-      "auto | N: threads per GPU that decode a share of each GPU decode on the CPU, with the "
-      "JPEG engines' exact pixels, so both finish together; 0 = none (default auto: half the "
-      "cores, shared among the GPUs)")(
       "metrics", po::value(&metrics),
       "serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 (default off)")(
       "rank-join-timeout", po::value(&rank_join_timeout),
@@ -221,18 +216,6 @@ int Serve(int argc, char** argv) {
         gpu_decode_memory)));
   }
   eo.gpu_decode_bytes = *decode_bytes;
-  if (gpu_decode_cpu_threads != "auto") {
-    char* end = nullptr;
-    const unsigned long n = std::strtoul(gpu_decode_cpu_threads.c_str(), &end, 10);
-    if (gpu_decode_cpu_threads.empty() || *end != '\0' || n > 1024 ||
-        gpu_decode_cpu_threads[0] == '-') {
-      return Fail(Status::InvalidArgument(fmt::format(
-          "--gpu-decode-cpu-threads {} is not auto or a thread count from 0 to 1024; use auto, "
-          "or 0 to keep GPU decode on the GPU",
-          gpu_decode_cpu_threads)));
-    }
-    eo.gpu_decode_cpu_threads = n;
-  }
   std::optional<MetricsAddress> metrics_address;
   if (!metrics.empty()) {
     Result<MetricsAddress> a = ParseMetricsAddress(metrics);

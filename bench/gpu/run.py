@@ -97,8 +97,7 @@ class Bench:
         flags = {"workers": a.workers, "cache_size": cache["cache_size"], "lookahead": a.lookahead}
         if self.gpu is not None:
             flags.update(gpus=gpus or str(self.gpu), gpu_cache_size=cache["gpu_cache_size"],
-                         gpu_decode=a.gpu_decode,
-                         gpu_decode_cpu_threads=a.gpu_decode_cpu_threads)
+                         gpu_decode=a.gpu_decode)
         return self.carpool.Server(self.state_dir, log=str(self.log_dir / f"server-{label}.log"),
                                    **flags)
 
@@ -393,9 +392,7 @@ def print_build_phases(what, agg):
     per = 1000 / g["batches"]
     print(f"{what}, ms a build of {agg['deliveries'] / g['batches']:.0f} images: " +
           ", ".join(f"{k} {v * per:.2f}" for k, v in phases.items()) +
-          f"; whole build {g['assemble_seconds'] * per:.2f}" +
-          (f"; CPU share {g['cpu_share_decodes'] / max(1, g['cpu_share_decodes'] + g.get('gpu_decodes', 0)):.2f}"
-           if g.get("cpu_share_decodes") else ""), flush=True)
+          f"; whole build {g['assemble_seconds'] * per:.2f}", flush=True)
 
 
 def server_deltas(s0, s1, gpu):
@@ -408,8 +405,7 @@ def server_deltas(s0, s1, gpu):
         return out
     d = {k: g1[k] - g0[k] for k in ("batches", "images", "uploads", "upload_bytes",
                                      "resident_hits", "resident_evictions", "assemble_seconds")}
-    for k in ("gpu_decodes", "cpu_fallbacks", "cpu_share_decodes", "decoded_bytes", "undecodable",
-              "decode_seconds"):
+    for k in ("gpu_decodes", "cpu_fallbacks", "decoded_bytes", "undecodable", "decode_seconds"):
         if k in g1:  # servers with GPU decode (issue 23)
             d[k] = g1[k] - g0.get(k, 0)
     if "build_phase_seconds" in g1:  # where builds spend their time

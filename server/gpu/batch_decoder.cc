@@ -25,116 +25,13 @@ class PhaseTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// The CPU's pixels of a decode=gpu sample, checked against the shape its header gave.
-Result<PreparedImage> PrepareOnCpu(const PrepareSpec& spec, const DecodeTarget& t) {
-  Result<PreparedImage> image = PrepareGpuPixelsOnCpu(spec, t.encoded);
-  if (image.ok() && !(image->shape == t.shape)) {
-    return Status::Corruption(fmt::format("decodes to {}x{}x{}, but its header gave {}x{}x{}",
-                                          image->shape.height, image->shape.width,
-                                          image->shape.channels, t.shape.height, t.shape.width,
-                                          t.shape.channels));
-  }
-  return image;
-}
-
 }  // namespace
 
-// The helper threads' part of one Decode call.
-struct BatchDecoder::Share {
-  std::vector<const DecodeTarget*> targets;
-  std::vector<uint64_t> offsets;  // into share_staging_
-  std::vector<Status> results;
-  std::vector<double> seconds;  // each task's wall time
-  std::shared_ptr<HelperThreads::Batch> batch;
-};
-
-BatchDecoder::BatchDecoder(std::unique_ptr<JpegDecoder> decoder, uint64_t scratch_bytes,
-                           size_t cpu_threads)
-    : decoder_(std::move(decoder)),
-      scratch_cap_(std::max<uint64_t>(scratch_bytes, 1)),
-      split_(decoder_ && decoder_->backend() == JpegBackend::kHardware ? cpu_threads : 0) {
-  if (split_.threads() > 0) helpers_ = std::make_unique<HelperThreads>(split_.threads());
-}
+BatchDecoder::BatchDecoder(std::unique_ptr<JpegDecoder> decoder, uint64_t scratch_bytes)
+    : decoder_(std::move(decoder)), scratch_cap_(std::max<uint64_t>(scratch_bytes, 1)) {}
 
 std::string BatchDecoder::backend() const {
   return decoder_ ? JpegBackendName(decoder_->backend()) : "cpu";
-}
-
-double BatchDecoder::cpu_share() const {
-  const double g = split_.gpu_rate(), c = split_.cpu_rate();
-  return g > 0 && c > 0 ? c / (g + c) : 0;
-}
-
-std::unique_ptr<BatchDecoder::Share> BatchDecoder::StartShare(
-    const PrepareSpec& spec, std::vector<const DecodeTarget*> targets) {
-  auto share = std::make_unique<Share>();
-  uint64_t total = 0;
-  for (const DecodeTarget* t : targets) {
-    share->offsets.push_back(total);
-    total += AlignUp(t->shape.bytes());
-  }
-  // The previous build's copies read the staging: they finish before it is written again.
-  if (share_copied_.get() != nullptr &&
-      !CudaCheck(cudaEventSynchronize(share_copied_.get()), "cudaEventSynchronize(CPU share)")
-           .ok()) {
-    return nullptr;
-  }
-  if (share_staging_.bytes() < total) {
-    share_staging_.Reset();
-    Result<PinnedHostBuffer> buf = PinnedHostBuffer::Allocate(total);
-    if (!buf.ok()) return nullptr;  // the GPU decodes them all
-    share_staging_ = std::move(*buf);
-  }
-  share->targets = std::move(targets);
-  share->results.resize(share->targets.size());
-  share->seconds.resize(share->targets.size());
-  auto* staging = static_cast<uint8_t*>(share_staging_.data());
-  Share* s = share.get();
-  s->batch = helpers_->Start(s->targets.size(), [s, &spec, staging](size_t i) {
-    const auto start = std::chrono::steady_clock::now();
-    Result<PreparedImage> image = PrepareOnCpu(spec, *s->targets[i]);
-    if (image.ok()) {
-      std::copy(image->pixels.begin(), image->pixels.end(), staging + s->offsets[i]);
-    }
-    s->results[i] = image.status();
-    s->seconds[i] = SecondsSince(start);
-  });
-  return share;
-}
-
-Status BatchDecoder::FinishShare(Share& share, cudaStream_t stream,
-                                 std::vector<std::pair<size_t, Status>>* failed,
-                                 DecodeCounts* counts) {
-  {
-    PhaseTimer wait(&counts->share_wait_s);
-    share.batch->Wait();
-  }
-  auto* staging = static_cast<uint8_t*>(share_staging_.data());
-  for (size_t i = 0; i < share.targets.size(); ++i) {
-    const DecodeTarget& t = *share.targets[i];
-    if (!share.results[i].ok()) {
-      failed->emplace_back(t.index, share.results[i]);
-      ++counts->failed;
-      continue;
-    }
-    if (Status s = CudaCheck(cudaMemcpyAsync(t.dst, staging + share.offsets[i], t.shape.bytes(),
-                                             cudaMemcpyHostToDevice, stream),
-                             "cudaMemcpyAsync(CPU share)");
-        !s.ok()) {
-      return s;
-    }
-    ++counts->cpu_share;
-  }
-  if (share_copied_.get() == nullptr) {
-    Result<CudaEvent> event = CudaEvent::Create();
-    if (!event.ok()) return event.status();
-    share_copied_ = std::move(*event);
-  }
-  return CudaCheck(cudaEventRecord(share_copied_.get(), stream), "cudaEventRecord(CPU share)");
 }
 
 Status BatchDecoder::EnsureScratch(uint64_t bytes) {
@@ -144,10 +41,10 @@ Status BatchDecoder::EnsureScratch(uint64_t bytes) {
   const uint64_t step = std::max<uint64_t>(scratch_cap_ / 4, kAlign);
   Result<DeviceBuffer> buf = DeviceBuffer::Allocate((bytes + step - 1) / step * step);
   if (!buf.ok()) {
-    return Status::ResourceExhausted(
-        fmt::format("GPU decode: no device memory for {} bytes of decoded images ({}); lower "
-                    "--gpu-decode-memory or --gpu-cache-size",
-                    bytes, buf.status().message()));
+    return Status::ResourceExhausted(fmt::format(
+        "GPU decode: no device memory for {} bytes of decoded images ({}); lower "
+        "--gpu-decode-memory or --gpu-cache-size",
+        bytes, buf.status().message()));
   }
   scratch_ = std::move(*buf);
   return Status::OK();
@@ -208,8 +105,8 @@ Status BatchDecoder::DecodeOnGpu(const PrepareSpec& spec,
   if (!decoder_->DecodeBatch(streams, outs, pitches, stream).ok()) {
     // One bad stream fails its whole batch: find it by decoding one at a time.
     for (size_t i = 0; i < n; ++i) {
-      decoded[i] =
-          decoder_->DecodeBatch({&streams[i], 1}, {&outs[i], 1}, {&pitches[i], 1}, stream).ok();
+      decoded[i] = decoder_->DecodeBatch({&streams[i], 1}, {&outs[i], 1}, {&pitches[i], 1}, stream)
+                       .ok();
     }
   }
   timer.emplace(&counts->resize_s);
@@ -217,10 +114,9 @@ Status BatchDecoder::DecodeOnGpu(const PrepareSpec& spec,
   images.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const DecodeTarget& t = *batch[i];
-    Result<ResizeCropGeometry> g = decoded[i]
-                                       ? ResizeCropFor(spec, static_cast<int>(facts[i].width),
-                                                       static_cast<int>(facts[i].height))
-                                       : Result<ResizeCropGeometry>(Status::Corruption(""));
+    Result<ResizeCropGeometry> g = decoded[i] ? ResizeCropFor(spec, static_cast<int>(facts[i].width),
+                                                              static_cast<int>(facts[i].height))
+                                              : Result<ResizeCropGeometry>(Status::Corruption(""));
     if (!g.ok() || g->out_width != t.shape.width || g->out_height != t.shape.height ||
         t.shape.channels != 3) {
       cpu->push_back(&t);  // the CPU decodes it, or says why it cannot
@@ -251,16 +147,6 @@ Status BatchDecoder::Decode(const PrepareSpec& spec, std::span<const DecodeTarge
     cpu.push_back(&t);
   }
   timer.reset();
-  // The helper threads take the share that makes both sides finish together (DecodeSplit).
-  std::unique_ptr<Share> share;
-  if (const size_t k = helpers_ ? split_.CpuShare(gpu.size()) : 0; k > 0) {
-    share = StartShare(spec, std::vector<const DecodeTarget*>(gpu.end() - long(k), gpu.end()));
-    if (share) {
-      gpu.resize(gpu.size() - k);
-      facts.resize(facts.size() - k);
-    }
-  }
-  const auto gpu_start = std::chrono::steady_clock::now();
   // Decode batches bounded by nvJPEG's batch and by the scratch cap (at least one image each).
   for (size_t at = 0; at < gpu.size();) {
     uint64_t bytes = 0;
@@ -274,7 +160,6 @@ Status BatchDecoder::Decode(const PrepareSpec& spec, std::span<const DecodeTarge
     if (Status s = DecodeOnGpu(spec, std::span(gpu).subspan(at, end - at),
                                std::span(facts).subspan(at, end - at), stream, &cpu, counts);
         !s.ok()) {
-      if (share) share->batch->Wait();  // its tasks write the staging and read the targets
       return s;
     }
     at = end;
@@ -283,33 +168,30 @@ Status BatchDecoder::Decode(const PrepareSpec& spec, std::span<const DecodeTarge
     PhaseTimer wait(&counts->wait_s);
     if (Status s = CudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize(decode)");
         !s.ok()) {
-      if (share) share->batch->Wait();
       return s;
     }
-  }
-  if (share) {
-    const double gpu_s = SecondsSince(gpu_start);
-    if (Status s = FinishShare(*share, stream, failed, counts); !s.ok()) return s;
-    double task_s = 0;
-    for (double t : share->seconds) task_s += t;
-    split_.Record(gpu.size(), gpu_s, share->targets.size(),
-                  task_s / static_cast<double>(share->targets.size()));
   }
   timer.emplace(&counts->cpu_s);
   std::vector<PreparedImage> host;  // alive until the copies below have completed
   host.reserve(cpu.size());
   for (const DecodeTarget* t : cpu) {
-    Result<PreparedImage> image = PrepareOnCpu(spec, *t);
+    Result<PreparedImage> image = PrepareGpuPixelsOnCpu(spec, t->encoded);
+    if (image.ok() && !(image->shape == t->shape)) {
+      image = Status::Corruption(fmt::format(
+          "decodes to {}x{}x{}, but its header gave {}x{}x{}", image->shape.height,
+          image->shape.width, image->shape.channels, t->shape.height, t->shape.width,
+          t->shape.channels));
+    }
     if (!image.ok()) {
       failed->emplace_back(t->index, image.status());
       ++counts->failed;
       continue;
     }
     host.push_back(std::move(*image));
-    if (Status s =
-            CudaCheck(cudaMemcpyAsync(t->dst, host.back().pixels.data(), host.back().pixels.size(),
-                                      cudaMemcpyHostToDevice, stream),
-                      "cudaMemcpyAsync(CPU-decoded sample)");
+    if (Status s = CudaCheck(cudaMemcpyAsync(t->dst, host.back().pixels.data(),
+                                             host.back().pixels.size(), cudaMemcpyHostToDevice,
+                                             stream),
+                             "cudaMemcpyAsync(CPU-decoded sample)");
         !s.ok()) {
       return s;
     }

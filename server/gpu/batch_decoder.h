@@ -3,8 +3,6 @@
 // nvJPEG decodes them in batches (JpegDecoder); the exact resize kernel (resize_kernel.h) resizes
 // and crops them into place. Streams nvJPEG refuses (Inspect), and images a decode batch fails
 // on, are decoded on the CPU with the same pixels (PrepareGpuPixelsOnCpu) and copied up.
-// On the JPEG engines, whose pixels the CPU gives exactly, helper threads also take a share of
-// every build (DecodeSplit), decoded while nvJPEG decodes the rest.
 //
 // Thread-compatible: one caller at a time (GpuService holds its lock). Every buffer is RAII.
 #ifndef CARPOOL_SERVER_GPU_BATCH_DECODER_H_
@@ -21,7 +19,6 @@
 
 #include "carpool/status.h"
 #include "datasets/prepare_spec.h"
-#include "server/decode_split.h"
 #include "server/gpu/cuda_check.h"
 #include "server/gpu/jpeg_decoder.h"
 #include "server/gpu/resize_kernel.h"
@@ -33,32 +30,25 @@ namespace carpool::gpu {
 struct DecodeTarget {
   size_t index = 0;  // the caller's, echoed in failures
   std::span<const uint8_t> encoded;
-  PreparedShape shape;     // pixels() of the encoded view
+  PreparedShape shape;  // pixels() of the encoded view
   uint8_t* dst = nullptr;  // device memory of shape.bytes()
 };
 
 struct DecodeCounts {
   uint64_t gpu = 0, cpu = 0, bytes = 0, failed = 0;
-  uint64_t cpu_share = 0;  // decodable on the GPU, decoded by the helper threads (not in cpu)
   // Wall time by phase: nvJPEG's header parse (Inspect), the decode call, the resize launch,
-  // the CPU side, and waiting for the stream; share_wait_s: waiting for the helper threads after
-  // the GPU's part.
-  double inspect_s = 0, decode_s = 0, resize_s = 0, cpu_s = 0, wait_s = 0, share_wait_s = 0;
+  // the CPU side, and waiting for the stream.
+  double inspect_s = 0, decode_s = 0, resize_s = 0, cpu_s = 0, wait_s = 0;
 };
 
 class BatchDecoder {
  public:
   // On the current device. `decoder` may be null: every target is then decoded on the CPU.
   // `scratch_bytes` caps the device memory holding decoded, not yet resized images.
-  // `cpu_threads` > 0 starts that many helper threads for the CPU's share, used only on the
-  // hardware backend (the only one whose pixels the CPU reproduces exactly).
-  BatchDecoder(std::unique_ptr<JpegDecoder> decoder, uint64_t scratch_bytes,
-               size_t cpu_threads = 0);
+  BatchDecoder(std::unique_ptr<JpegDecoder> decoder, uint64_t scratch_bytes);
 
   // "hardware", "gpu-hybrid", or "cpu" without an nvJPEG decoder.
   std::string backend() const;
-  // The helper threads' share of the last builds, 0..1 (0 without the split).
-  double cpu_share() const;
 
   // Decodes every target into its dst, enqueued on `stream`: work the caller enqueues after it
   // on the stream sees the pixels (it returns after the stream has finished only when the CPU
@@ -66,10 +56,10 @@ class BatchDecoder {
   // nor the CPU decodes, or whose decoded size disagrees with shape, go to `failed` with why;
   // the others are done. A CUDA error fails the whole call.
   // Cost: the CPU parse of each header, the decode (~30-40 us an image on the JPEG engines), one
-  // resize kernel per decode batch; the helper threads' share (~3 ms of CPU an image) runs
-  // meanwhile.
-  Status Decode(const PrepareSpec& spec, std::span<const DecodeTarget> targets, cudaStream_t stream,
-                std::vector<std::pair<size_t, Status>>* failed, DecodeCounts* counts);
+  // resize kernel per decode batch.
+  Status Decode(const PrepareSpec& spec, std::span<const DecodeTarget> targets,
+                cudaStream_t stream, std::vector<std::pair<size_t, Status>>* failed,
+                DecodeCounts* counts);
 
  private:
   // nvJPEG on targets[first, first + count) (all Inspect-ed as supported), then the resize.
@@ -78,23 +68,13 @@ class BatchDecoder {
                      std::span<const JpegFacts> facts, cudaStream_t stream,
                      std::vector<const DecodeTarget*>* cpu, DecodeCounts* counts);
   Status Resize(std::span<const ResizeImage> images, cudaStream_t stream);
-  // The helper threads decode `share` into pinned staging, started at once; Finish copies them up.
-  struct Share;
-  std::unique_ptr<Share> StartShare(const PrepareSpec& spec,
-                                    std::vector<const DecodeTarget*> share);
-  Status FinishShare(Share& share, cudaStream_t stream,
-                     std::vector<std::pair<size_t, Status>>* failed, DecodeCounts* counts);
   Status EnsureScratch(uint64_t bytes);
 
   std::unique_ptr<JpegDecoder> decoder_;
   uint64_t scratch_cap_;
-  DeviceBuffer scratch_;                    // decoded RGB images of one decode batch
-  DeviceBuffer descriptors_;                // ResizeImage table of one resize launch
-  PinnedHostBuffer staging_;                // the same table, host side
-  std::unique_ptr<HelperThreads> helpers_;  // null: no CPU share
-  DecodeSplit split_;
-  PinnedHostBuffer share_staging_;  // the CPU share's pixels, until their copies complete
-  CudaEvent share_copied_;          // recorded after those copies; empty before the first
+  DeviceBuffer scratch_;         // decoded RGB images of one decode batch
+  DeviceBuffer descriptors_;     // ResizeImage table of one resize launch
+  PinnedHostBuffer staging_;     // the same table, host side
 };
 
 }  // namespace carpool::gpu

@@ -29,8 +29,7 @@ std::vector<uint8_t> Jpeg(const cv::Mat& rgb, const JpegEncodeOptions& options) 
   return out.ok() ? *out : std::vector<uint8_t>{};
 }
 
-// A JPEG whose frame names an undefined quantization table: its header reads, no decoder decodes
-// it.
+// A JPEG whose frame names an undefined quantization table: its header reads, no decoder decodes it.
 std::vector<uint8_t> Damaged(std::vector<uint8_t> jpeg) {
   for (size_t i = 0; i + 12 < jpeg.size(); ++i) {
     if (jpeg[i] == 0xFF && jpeg[i + 1] == 0xC0) {
@@ -65,10 +64,7 @@ class BatchDecoderTest : public ::testing::Test {
   CudaStream stream_;
 };
 
-// Decodes 40 JPEGs of five sizes, a progressive one, a PNG and a damaged one `calls` times with
-// `decoder`, checking the counts and the pixels against the CPU's decode=gpu pixels each time.
-void DecodeAndCompare(BatchDecoder& decoder, cudaStream_t stream, bool hardware, int calls,
-                      DecodeCounts* all) {
+TEST_F(BatchDecoderTest, GivesTheCpuPixelsOfTheDecodeGpuSpecAndReportsWhatItCannotDecode) {
   Result<PrepareSpec> spec = ParsePrepareSpec("resize=256,crop=224,decode=gpu");
   ASSERT_TRUE(spec.ok());
   std::vector<std::vector<uint8_t>> files;
@@ -93,69 +89,37 @@ void DecodeAndCompare(BatchDecoder& decoder, cudaStream_t stream, bool hardware,
   for (size_t i = 0; i < files.size(); ++i) {
     targets.push_back({i, files[i], shape, static_cast<uint8_t*>(out->data()) + i * shape.bytes()});
   }
-  for (int call = 0; call < calls; ++call) {
-    ASSERT_EQ(cudaMemset(out->data(), 0, files.size() * shape.bytes()), cudaSuccess);
-    std::vector<std::pair<size_t, Status>> failed;
-    DecodeCounts counts;
-    ASSERT_TRUE(decoder.Decode(*spec, targets, stream, &failed, &counts).ok());
-    EXPECT_EQ(counts.gpu + counts.cpu_share, 40u);  // the helper threads' share, if any
-    EXPECT_EQ(counts.cpu, 2u);                      // the progressive JPEG and the PNG
-    all->gpu += counts.gpu;
-    all->cpu_share += counts.cpu_share;
-    ASSERT_EQ(failed.size(), 1u);
-    EXPECT_EQ(failed[0].first, damaged);
-    EXPECT_EQ(counts.failed, 1u);
-    std::printf("damaged: %s\n", failed[0].second.ToString().c_str());
+  std::vector<std::pair<size_t, Status>> failed;
+  DecodeCounts counts;
+  ASSERT_TRUE(decoder_->Decode(*spec, targets, stream_.get(), &failed, &counts).ok());
+  EXPECT_EQ(counts.gpu, 40u);
+  EXPECT_EQ(counts.cpu, 2u);  // the progressive JPEG and the PNG
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].first, damaged);
+  EXPECT_EQ(counts.failed, 1u);
+  std::printf("damaged: %s\n", failed[0].second.ToString().c_str());
 
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    std::vector<uint8_t> host(files.size() * shape.bytes());
-    ASSERT_EQ(cudaMemcpy(host.data(), out->data(), host.size(), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    int worst = 0;
-    for (size_t i = 0; i < files.size(); ++i) {
-      if (i == damaged) continue;
-      Result<PreparedImage> want = PrepareGpuPixelsOnCpu(*spec, files[i]);
-      ASSERT_TRUE(want.ok()) << i << ": " << want.status().ToString();
-      int diff = 0;
-      for (size_t k = 0; k < shape.bytes(); ++k) {
-        diff = std::max(diff, std::abs(int(host[i * shape.bytes() + k]) - int(want->pixels[k])));
-      }
-      if (i == progressive || i == png) {
-        EXPECT_EQ(diff, 0) << "the CPU decoded it: the same code";
-      }
-      worst = std::max(worst, diff);
+  ASSERT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
+  std::vector<uint8_t> host(files.size() * shape.bytes());
+  ASSERT_EQ(cudaMemcpy(host.data(), out->data(), host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  int worst = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (i == damaged) continue;
+    Result<PreparedImage> want = PrepareGpuPixelsOnCpu(*spec, files[i]);
+    ASSERT_TRUE(want.ok()) << i << ": " << want.status().ToString();
+    int diff = 0;
+    for (size_t k = 0; k < shape.bytes(); ++k) {
+      diff = std::max(diff, std::abs(int(host[i * shape.bytes() + k]) - int(want->pixels[k])));
     }
-    std::printf(
-        "call %d: GPU %lu, CPU share %lu; largest difference from the CPU's decode=gpu "
-        "pixels: %d\n",
-        call, static_cast<unsigned long>(counts.gpu), static_cast<unsigned long>(counts.cpu_share),
-        worst);
-    // The JPEG engines replicate chroma with libjpeg-turbo's integer IDCT: the same bytes. The
-    // hybrid backend's IDCT differs by up to 3 levels before the resize (docs/gpu.md).
-    EXPECT_LE(worst, hardware ? 0 : 3);
+    if (i == progressive || i == png) {
+      EXPECT_EQ(diff, 0) << "the CPU decoded it: the same code";
+    }
+    worst = std::max(worst, diff);
   }
-}
-
-TEST_F(BatchDecoderTest, GivesTheCpuPixelsOfTheDecodeGpuSpecAndReportsWhatItCannotDecode) {
-  DecodeCounts all;
-  DecodeAndCompare(*decoder_, stream_.get(), hardware_, 1, &all);
-  EXPECT_EQ(all.cpu_share, 0u) << "no helper threads";
-}
-
-// With helper threads, on the JPEG engines a share of every call is decoded on the CPU, with
-// the same bytes; on the hybrid backend (pixels within 3 levels) none is.
-TEST_F(BatchDecoderTest, ACpuShareGivesTheSameBytesAndOnlyOnTheJpegEngines) {
-  Result<std::unique_ptr<JpegDecoder>> d = JpegDecoder::Create(16);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
-  BatchDecoder shared(std::move(*d), uint64_t{4} << 20, 3);
-  DecodeCounts all;
-  DecodeAndCompare(shared, stream_.get(), hardware_, 4, &all);
-  if (hardware_) {
-    EXPECT_GT(all.cpu_share, 0u);
-    EXPECT_GT(shared.cpu_share(), 0.0);
-  } else {
-    EXPECT_EQ(all.cpu_share, 0u);
-  }
+  std::printf("largest difference from the CPU's decode=gpu pixels: %d\n", worst);
+  // The JPEG engines replicate chroma with libjpeg-turbo's integer IDCT: the same bytes. The
+  // hybrid backend's IDCT differs by up to 3 levels before the resize (docs/gpu.md).
+  EXPECT_LE(worst, hardware_ ? 0 : 3);
 }
 
 }  // namespace

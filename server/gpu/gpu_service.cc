@@ -169,12 +169,9 @@ class CudaGpuService : public GpuService {
   std::atomic<uint64_t> pool_bytes_{0}, pool_slots_{0};
   std::atomic<uint64_t> assemble_ns_{0};
   std::atomic<uint64_t> gpu_decodes_{0}, cpu_fallbacks_{0}, decoded_bytes_{0}, undecodable_{0};
-  std::atomic<uint64_t> cpu_share_decodes_{0};
-  std::atomic<double> cpu_share_{0};
   std::atomic<uint64_t> decode_ns_{0};
   std::atomic<uint64_t> lock_ns_{0}, inspect_ns_{0}, nvjpeg_ns_{0}, resize_ns_{0},
-      cpu_decode_ns_{0}, decode_wait_ns_{0}, share_wait_ns_{0},
-      sync_ns_{0};  // GpuCounters::BuildPhases
+      cpu_decode_ns_{0}, decode_wait_ns_{0}, sync_ns_{0};  // GpuCounters::BuildPhases
   std::atomic<uint64_t> resident_blocks_{0};
   uint64_t resident_capacity_ = 0;  // fixed at creation
 };
@@ -240,8 +237,7 @@ Result<std::unique_ptr<CudaGpuService>> CudaGpuService::Create(
     if (decoder.ok()) {
       svc->decoder_name_ = gpu::JpegBackendName((*decoder)->backend());
       svc->decode_ =
-          std::make_unique<gpu::BatchDecoder>(std::move(*decoder), options.decode_bytes,
-                                              options.decode_cpu_threads);
+          std::make_unique<gpu::BatchDecoder>(std::move(*decoder), options.decode_bytes);
     } else if (options.gpu_decode == GpuDecode::kOn) {
       return Status(decoder.status().code(),
                     fmt::format("--gpu-decode on: GPU {} cannot decode JPEGs: {}", device,
@@ -482,9 +478,6 @@ Status CudaGpuService::DecodeLocked(const DeviceBatchRequest& request,
   resize_ns_ += ns(counts.resize_s);
   cpu_decode_ns_ += ns(counts.cpu_s);
   decode_wait_ns_ += ns(counts.wait_s);
-  share_wait_ns_ += ns(counts.share_wait_s);
-  cpu_share_decodes_ += counts.cpu_share;
-  cpu_share_ = decode_->cpu_share();
   gpu_decodes_ += counts.gpu;
   cpu_fallbacks_ += counts.cpu;
   decoded_bytes_ += counts.bytes;
@@ -518,15 +511,13 @@ GpuCounters CudaGpuService::Counters() const NO_THREAD_SAFETY_ANALYSIS {
   c.decoder = decoder_name_;
   c.gpu_decodes = gpu_decodes_.load();
   c.cpu_fallbacks = cpu_fallbacks_.load();
-  c.cpu_share_decodes = cpu_share_decodes_.load();
-  c.cpu_share = cpu_share_.load();
   c.decoded_bytes = decoded_bytes_.load();
   c.undecodable = undecodable_.load();
   c.decode_seconds = static_cast<double>(decode_ns_.load()) * 1e-9;
   auto seconds = [](const std::atomic<uint64_t>& ns) { return static_cast<double>(ns.load()) * 1e-9; };
   c.phases = {seconds(lock_ns_),   seconds(inspect_ns_),     seconds(nvjpeg_ns_),
               seconds(resize_ns_), seconds(cpu_decode_ns_), seconds(decode_wait_ns_),
-              seconds(share_wait_ns_), seconds(sync_ns_)};
+              seconds(sync_ns_)};
   return c;
 }
 
