@@ -7,6 +7,8 @@ set -euo pipefail
 DIR=${1:?usage: scripts/wheel_gpu_check.sh DIR (holding carpool-*.whl)}
 W=$(ls "$DIR"/carpool-*.whl)
 unset $(env | grep -o '^CARPOOL_[A-Z_]*' || true)
+# A PYTHONPATH (a bundle's carpool-env sets one) would import another carpool than the wheel's.
+unset PYTHONPATH
 nvidia-smi --query-gpu=name --format=csv,noheader
 # A venv over the node's own torch environment (/opt/torch/.venv): its site-packages by a .pth.
 python3 -m venv /tmp/v
@@ -30,6 +32,7 @@ for i in $(seq 100); do [ -S /tmp/st/carpool.sock ] && break; sleep 0.1; done
 /tmp/v/bin/python - <<'PY'
 import time, torch, carpool
 print("carpool from", carpool.__file__)
+assert carpool.__file__.startswith("/tmp/v/"), f"not the wheel's package: {carpool.__file__}"
 with carpool.Loader("img", batch_size=128, epochs=2, device="cuda:0",
                     transform="flip|normalize(imagenet)|float16|nchw",
                     state_dir="/tmp/st") as loader:
