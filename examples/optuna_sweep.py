@@ -48,9 +48,16 @@ except ModuleNotFoundError as e:
     sys.exit(f"{pathlib.Path(__file__).name}: {e}; run it from the repository root with "
              "PYTHONPATH=.:client/python (the bench package, and carpool unless installed)")
 
-# The class subsets a trial may pick; they overlap, so concurrent trials share samples.
-SUBSETS = {"all": list(range(10)), "tops": [0, 2, 3, 4, 6], "footwear-bags": [5, 7, 8, 9],
-           "first-half": [0, 1, 2, 3, 4]}
+# The class subsets a trial may pick (--subsets); they overlap, so concurrent trials share
+# samples. "drop": the whole set or it without one group of classes, as a sweep over which
+# classes to train on usually is; four of them at once could share at most about 3. "halves":
+# about half the classes each, the harder case; four at once could share at most about 1.7-2.4.
+SUBSET_SPACES = {
+    "drop": {"all": list(range(10)), "no-shirts": [0, 1, 2, 3, 4, 5, 7, 8, 9],
+             "no-footwear": [0, 1, 2, 3, 4, 6, 8], "no-bags": [0, 1, 2, 3, 4, 5, 6, 7, 9]},
+    "halves": {"all": list(range(10)), "tops": [0, 2, 3, 4, 6], "footwear-bags": [5, 7, 8, 9],
+               "first-half": [0, 1, 2, 3, 4]},
+}
 SAMPLE_BYTES = 28 * 28  # a prepared Fashion-MNIST sample: raw,channels=1
 CACHE_FRACTION = 0.1
 
@@ -102,10 +109,25 @@ def fmnist_files(work):
     return work, True
 
 
+def recorded(loader, ids):
+    """The loader's batches, keeping each batch's sample ids in `ids`."""
+    for images, labels in loader:
+        ids.append(loader.ids)
+        yield images, labels
+
+
+def exactly_once(ids, size):
+    """Whether an epoch's sample ids (a list of batches' ids) hold each of `size` samples once."""
+    ids = np.concatenate(ids) if ids else np.empty(0, np.int64)
+    return len(ids) == size and len(np.unique(ids)) == size
+
+
 def objective(trial, args, test):
-    classes = SUBSETS[trial.suggest_categorical("classes", sorted(SUBSETS))]
+    space = SUBSET_SPACES[args.subsets]
+    classes = space[trial.suggest_categorical("classes", sorted(space))]
     lr = trial.suggest_float("lr", 0.005, 0.2, log=True)
     name = derive_subset(args.prefix, args.base, classes, args.state_dir)
+    size = cds.info(name, state_dir=args.state_dir)["samples"]
     keep = np.isin(test[1], classes)
     test_split = (test[0][keep], test[1][keep])
     model = ft.make_model(trial.number)
@@ -114,8 +136,12 @@ def objective(trial, args, test):
     with carpool.Loader(name, batch_size=args.batch_size, epochs=args.epochs,
                         transform=ft.TRANSFORM, socket=args.socket, seed=trial.number) as loader:
         job = loader.job_id
+        once = []  # per completed epoch: each sample of the dataset exactly once
         for epoch in range(loader.epochs):
-            ft.train_epoch(model, opt, loader)
+            ids = []
+            ft.train_epoch(model, opt, recorded(loader, ids))
+            once.append(exactly_once(ids, size))
+            trial.set_user_attr("exactly_once", once)
             accuracy = ft.test_accuracy(model, test_split)
             trial.report(accuracy, epoch)
             # After the last epoch there is nothing left to save: the trial completes.
@@ -185,7 +211,7 @@ def worker_argv(args, trials, seed):
             args.study, "--socket", args.socket, "--state-dir", str(args.state_dir), "--base",
             args.base, "--data", str(args.data), "--worker-trials", str(trials),
             "--worker-seed", str(seed), "--prefix", args.prefix]
-    for flag in ("epochs", "batch_size", "test_samples", "prune_below"):
+    for flag in ("epochs", "batch_size", "test_samples", "prune_below", "subsets"):
         if getattr(args, flag) is not None:
             argv += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     return argv
@@ -224,12 +250,25 @@ def run_sweep(args, work):
             recorder.wait()
             print(f"status series in {args.record}; draw it with 'carpool report {args.record}'")
             sharing_bound(args.record, {subset_name(args.prefix, args.base, c): (k, c)
-                                        for k, c in SUBSETS.items()})
+                                        for k, c in SUBSET_SPACES[args.subsets].items()})
         if failed:
             raise SystemExit(f"optuna_sweep.py: {len(failed)} worker(s) failed (output above)")
-        stats = carpool.server_stats(socket=server.socket)
-    report(optuna.load_study(study_name=args.study, storage=storage(args.journal)), stats,
-           time.monotonic() - t0)
+        stats = drained(server.socket)
+    if not report(optuna.load_study(study_name=args.study, storage=storage(args.journal)), stats,
+                  time.monotonic() - t0):
+        raise SystemExit("optuna_sweep.py: an epoch was not exactly once, no epoch completed, or "
+                         "jobs were left on the server (above)")
+
+
+def drained(socket, wait=10.0):
+    """The server's statistics once its job list is empty (a closed trial's job leaves within a
+    moment), or after `wait` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        stats = carpool.server_stats(socket=socket)
+        if not stats["jobs"] or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.2)
 
 
 def sharing_bound(record, subsets, windows=(1, 5)):
@@ -282,8 +321,13 @@ def report(study, stats, seconds):
               f"{best.params['classes']} lr {best.params['lr']:.4g}")
     else:
         print("best trial: none completed")
+    once = [o for t in study.trials for o in t.user_attrs.get("exactly_once", [])]
+    print(f"{len(once)} epochs completed; {sum(once)} of them held every sample of their "
+          f"dataset exactly once")
     print(f"server: {stats['deliveries']} deliveries, {stats['preparations']} preparations, "
-          f"sharing ratio {stats['sharing_ratio']:.2f} (deliveries per preparation)")
+          f"sharing ratio {stats['sharing_ratio']:.2f} (deliveries per preparation); after the "
+          f"sweep {len(stats['jobs'])} jobs, refcount {stats['refcount_total']}")
+    return len(once) > 0 and all(once) and not stats["jobs"]
 
 
 def parse_args():
@@ -298,6 +342,9 @@ def parse_args():
     ap.add_argument("--test-samples", type=int, default=10000)
     ap.add_argument("--prune-below", type=float, help="prune a trial whose accuracy after an "
                     "epoch is below this (default: Optuna's median pruner)")
+    ap.add_argument("--subsets", choices=sorted(SUBSET_SPACES), default="drop",
+                    help="the class subsets trials pick from: drop (the set without one group of "
+                         "classes; default) or halves (about half the classes each)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--state-dir", type=pathlib.Path,
                     help="the catalog and the server's socket (default: a temporary dir)")

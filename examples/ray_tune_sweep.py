@@ -49,18 +49,11 @@ PATHS = [str(pathlib.Path(m.__file__).resolve().parents[i]) for m, i in
          ((osw, 0), (bench, 1), (carpool, 1))]
 
 
-def recorded(loader, ids):
-    """The loader's batches, keeping each batch's sample ids in `ids`."""
-    for images, labels in loader:
-        ids.append(loader.ids)
-        yield images, labels
-
-
 def trainable(config, args=None, test=None):
     """One trial on the node it runs on: derive its subset there, train, report each epoch."""
     torch.set_num_threads(1)  # the trials share the cores with each other and the server
     socket, state_dir = carpool.ray.local_server()
-    classes = osw.SUBSETS[config["classes"]]
+    classes = osw.SUBSET_SPACES[args.subsets][config["classes"]]
     name = osw.derive_subset(args.prefix, args.base, classes, state_dir)
     size = cds.info(name, state_dir=state_dir)["samples"]
     keep = np.isin(test[1], classes)
@@ -71,11 +64,10 @@ def trainable(config, args=None, test=None):
                         transform=ft.TRANSFORM, socket=socket, seed=seed) as loader:
         for epoch in range(loader.epochs):
             ids = []
-            ft.train_epoch(model, opt, recorded(loader, ids))
-            ids = np.concatenate(ids)
-            once = len(ids) == size and len(np.unique(ids)) == size
+            ft.train_epoch(model, opt, osw.recorded(loader, ids))
+            once = osw.exactly_once(ids, size)
             train.report({"accuracy": ft.test_accuracy(model, (test[0][keep], test[1][keep])),
-                          "epoch": epoch, "exactly_once": once, "samples": len(ids),
+                          "epoch": epoch, "exactly_once": once, "samples": sum(map(len, ids)),
                           "job": loader.job_id})
 
 
@@ -97,7 +89,8 @@ def drained(nodes, wait=10.0):
 
 
 def tune_sweep(args, test):
-    space = {"classes": tune.choice(sorted(osw.SUBSETS)), "lr": tune.loguniform(0.005, 0.2)}
+    space = {"classes": tune.choice(sorted(osw.SUBSET_SPACES[args.subsets])),
+             "lr": tune.loguniform(0.005, 0.2)}
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(trainable, args=args, test=test), {"cpu": 1}),
         param_space=space,
@@ -199,6 +192,8 @@ def parse_args():
             ("batch-size", 64, None), ("test-samples", 10000, None), ("seed", 0, None),
             ("train-samples", 0, "the first N records of the train set (default: all 60,000)")):
         ap.add_argument("--" + flag, type=int, default=default, help=text)
+    ap.add_argument("--subsets", choices=sorted(osw.SUBSET_SPACES), default="drop",
+                    help="the class subsets trials pick from (examples/optuna_sweep.py)")
     ap.add_argument("--address", help="a running Ray cluster ('auto' after `ray start --head`); "
                     "default: a local Ray started here with --parallel CPUs")
     ap.add_argument("--state-dir", type=pathlib.Path,

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """CI check of examples/optuna_sweep.py, tiny (ctest: carpool_optuna_sweep_test). Two runs:
-  1. 2 trials in 2 processes, to the end: a best trial, the server's sharing ratio, the sweep's
-     datasets removed afterwards, and (--record) each job of the series and the sharing bound;
+  1. 2 trials in 2 processes, to the end: a best trial, the server's sharing ratio, each
+     completed epoch exactly once, no job or reference left, the sweep's datasets removed
+     afterwards, and (--record) each job of the series and the sharing bound;
   2. 2 trials that a threshold pruner stops after their first epoch: each pruned trial's job is
-     gone from the server right after its Loader's with-block;
+     gone from the server right after its Loader's with-block, and their epochs exactly once;
   3. 1 trial without the Fashion-MNIST files: synthetic IDX data, said so.
 Exit 0 when both hold, 1 otherwise, 77 (skipped) when optuna or torch is not importable."""
 
@@ -59,6 +60,9 @@ def main():
               "a best trial line")
         m = re.search(r"sharing ratio (\d+\.\d+)", out)
         check(m and float(m.group(1)) >= 1.0, "the server's sharing ratio, >= 1")
+        check("2 epochs completed; 2 of them held every sample of their dataset exactly once"
+              in out, "each completed epoch exactly once")
+        check("after the sweep 0 jobs, refcount 0" in out, "no job or reference left")
         check("removed the sweep's" in out, "the sweep removed its datasets")
         left = subprocess.run([sys.executable, str(SWEEP), "--remove", "ci-sweep-",
                                "--state-dir", tmp], stdout=subprocess.PIPE, text=True, check=True,
@@ -71,6 +75,8 @@ def main():
         check(p["pruned_after_epoch"] == 0, f"pruned after the first epoch: {p}")
         check(p["job"] not in p["server_jobs_after_close"], f"the pruned job left the server: {p}")
     check("best trial: none completed" in out, "no best trial when all are pruned")
+    check("2 epochs completed; 2 of them held every sample" in out and
+          "after the sweep 0 jobs, refcount 0" in out, "pruned trials: epochs once, no job left")
     with tempfile.TemporaryDirectory(prefix="carpool-optuna-nofm-") as empty:
         out = run("--trials", "1", "--parallel", "1", "--epochs", "1",
                   env=dict(os.environ, CARPOOL_FMNIST_DIR=empty))
