@@ -20,6 +20,8 @@ import argparse
 import functools
 import os
 import pathlib
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -154,8 +156,24 @@ def run_sweep(args):
         print(f"carpool servers on {len(nodes)} Ray node(s): "
               f"{', '.join(s for s, _ in nodes.values())}", flush=True)
         t0 = time.monotonic()
-        results = tune_sweep(args, test)
+        # --record: each node's server status every second, then the sharing bound per node.
+        recorders = [subprocess.Popen([carpool.binary(), "status", "--watch", "1",
+                                       "--json-lines", record_file(args.record, i, len(nodes)),
+                                       "--socket", socket])
+                     for i, (socket, _) in enumerate(nodes.values())] if args.record else []
+        try:
+            results = tune_sweep(args, test)
+        finally:
+            for r in recorders:
+                r.send_signal(signal.SIGINT)
+                r.wait()
         epochs, not_once = summarize(results, args, time.monotonic() - t0)
+        space = osw.SUBSET_SPACES[args.subsets]
+        for i in range(len(recorders)):
+            print(f"node {i}: status series in {record_file(args.record, i, len(nodes))}")
+            osw.sharing_bound(record_file(args.record, i, len(nodes)),
+                              {osw.subset_name(args.prefix, args.base, c): (k, c)
+                               for k, c in space.items()})
         for node, s in drained(nodes).items():
             print(f"node {node[:12]}: {s['deliveries']} deliveries, {s['preparations']} "
                   f"preparations, sharing ratio {s['sharing_ratio']:.2f}; after the sweep "
@@ -165,6 +183,11 @@ def run_sweep(args):
     gone = servers_gone([s for s, _ in nodes.values()])
     print(f"servers after ray.shutdown(): {'gone' if gone else 'STILL ANSWERING'}")
     return not_once == 0 and epochs > 0 and gone
+
+
+def record_file(record, node, nodes):
+    """The --record file of the node-th server: FILE itself on one node, FILE.node on several."""
+    return record if nodes == 1 else f"{record}.{node}"
 
 
 def servers_gone(sockets, wait=15.0):
@@ -198,6 +221,9 @@ def parse_args():
                     "default: a local Ray started here with --parallel CPUs")
     ap.add_argument("--state-dir", type=pathlib.Path,
                     help="each node's catalog and socket (default: a temporary dir)")
+    ap.add_argument("--record", metavar="FILE",
+                    help="record each node's server status every second (FILE, or FILE.N on "
+                         "several nodes) and print the sharing bound of the jobs it saw")
     args = ap.parse_args()
     if args.trials < 1 or args.parallel < 1 or args.epochs < 1:
         ap.error("--trials, --parallel and --epochs must be >= 1")
