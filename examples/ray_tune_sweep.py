@@ -91,6 +91,10 @@ def drained(nodes, wait=10.0):
 
 
 def tune_sweep(args, test):
+    # With a searcher other than random search, Tune starts one trial at a time (one pending
+    # placement group: ray.tune's _get_max_pending_trials), and the first trials' jobs joined 3-5 s
+    # apart; let the --parallel trials start together, so that they read together and share.
+    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(args.parallel))
     space = {"classes": tune.choice(sorted(osw.SUBSET_SPACES[args.subsets])),
              "lr": tune.loguniform(0.005, 0.2)}
     tuner = tune.Tuner(
