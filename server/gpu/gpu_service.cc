@@ -13,8 +13,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/fair_mutex.h"
 #include "common/log.h"
-#include "common/mutex.h"
 #include "server/gpu/batch_decoder.h"
 #include "server/gpu/cuda_check.h"
 #include "server/gpu/device_probe.h"
@@ -154,7 +154,10 @@ class CudaGpuService : public GpuService {
   ResidentArea::NextUseFn next_use_;
   std::string decoder_name_;  // empty: this GPU does not decode; fixed at creation
 
-  Mutex mu_;  // serializes Build: the stream, the assembler and the resident area
+  // Serializes Build: the stream, the assembler and the resident area. Fair: builds of a GPU's
+  // jobs take turns in the order they arrive (with std::mutex, under GPU decode's 20-70 ms
+  // builds, four jobs on one H200 got 2,370 to 3,246 img/s).
+  FairMutex mu_;
   std::unique_ptr<gpu::GpuAssembler> assembler_ GUARDED_BY(mu_);
   gpu::CudaStream stream_;
   gpu::HostRegistration registration_;  // the cache segment, for DMA
@@ -319,7 +322,7 @@ Status CudaGpuService::Build(const DeviceBatchRequest& request) {
         request.sample_ids.size(), request.seeds.size(), request.labels.size()));
   }
   const auto start = std::chrono::steady_clock::now();
-  MutexLock lock(mu_);
+  FairMutexLock lock(mu_);
   lock_ns_ += NanosSince(start);
   Status built = BuildLocked(request, *slots);
   assemble_ns_ += NanosSince(start);
