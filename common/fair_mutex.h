@@ -35,13 +35,13 @@ class CAPABILITY("mutex") FairMutex {
     turn_.notify_all();  // only the next ticket proceeds; the others sleep again
   }
   // Callers waiting in Lock now (for tests and stats).
-  uint64_t Waiting() {
+  uint64_t Waiting() const {
     std::lock_guard<std::mutex> lock(mu_);
     return next_ticket_ == serving_ ? 0 : next_ticket_ - serving_ - 1;  // less the holder
   }
 
  private:
-  std::mutex mu_;  // guards the tickets only, never held by a FairMutex holder
+  mutable std::mutex mu_;  // guards the tickets only, never held by a FairMutex holder
   std::condition_variable turn_;
   uint64_t next_ticket_ = 0;  // the ticket the next Lock takes
   uint64_t serving_ = 0;      // the ticket that holds it, or next_ticket_ when free

@@ -11,9 +11,13 @@
 namespace carpool {
 namespace {
 
-// Spins (sleeping) until `n` callers wait in mu.Lock.
-void AwaitWaiters(FairMutex& mu, uint64_t n) {
-  while (mu.Waiting() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+// Sleeps until `n` callers wait in mu.Lock; fails the test after 10 s instead of hanging.
+void AwaitWaiters(const FairMutex& mu, uint64_t n) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (mu.Waiting() < n) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "never " << n << " waiters";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 TEST(FairMutexTest, GrantsInTheOrderLockWasCalled) {

@@ -327,7 +327,7 @@ def report(study, stats, seconds):
     print(f"server: {stats['deliveries']} deliveries, {stats['preparations']} preparations, "
           f"sharing ratio {stats['sharing_ratio']:.2f} (deliveries per preparation); after the "
           f"sweep {len(stats['jobs'])} jobs, refcount {stats['refcount_total']}")
-    return len(once) > 0 and all(once) and not stats["jobs"]
+    return len(once) > 0 and all(once) and not stats["jobs"] and stats["refcount_total"] == 0
 
 
 def parse_args():

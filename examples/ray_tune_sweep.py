@@ -18,12 +18,12 @@ docs/python.md, "Ray Tune"."""
 
 import argparse
 import functools
+import json
 import os
 import pathlib
-import signal
-import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 
@@ -160,24 +160,22 @@ def run_sweep(args):
         print(f"carpool servers on {len(nodes)} Ray node(s): "
               f"{', '.join(s for s, _ in nodes.values())}", flush=True)
         t0 = time.monotonic()
-        # --record: each node's server status every second, then the sharing bound per node.
-        recorders = [subprocess.Popen([carpool.binary(), "status", "--watch", "1",
-                                       "--json-lines", record_file(args.record, i, len(nodes)),
-                                       "--socket", socket])
-                     for i, (socket, _) in enumerate(nodes.values())] if args.record else []
+        # --record: every node's server status every second (through its actor: each node's
+        # socket is on that node), then the sharing bound per node.
+        files = {node: record_file(args.record, node, len(nodes)) for node in nodes}
+        recorder = Recorder(files) if args.record else None
         try:
             results = tune_sweep(args, test)
         finally:
-            for r in recorders:
-                r.send_signal(signal.SIGINT)
-                r.wait()
+            if recorder:
+                time.sleep(2)  # a record or two after the last job left
+                recorder.stop()
         epochs, not_once = summarize(results, args, time.monotonic() - t0)
         space = osw.SUBSET_SPACES[args.subsets]
-        for i in range(len(recorders)):
-            print(f"node {i}: status series in {record_file(args.record, i, len(nodes))}")
-            osw.sharing_bound(record_file(args.record, i, len(nodes)),
-                              {osw.subset_name(args.prefix, args.base, c): (k, c)
-                               for k, c in space.items()})
+        for node, path in (files.items() if recorder else ()):
+            print(f"node {node[:12]}: status series in {path}")
+            osw.sharing_bound(path, {osw.subset_name(args.prefix, args.base, c): (k, c)
+                                     for k, c in space.items()})
         for node, s in drained(nodes).items():
             print(f"node {node[:12]}: {s['deliveries']} deliveries, {s['preparations']} "
                   f"preparations, sharing ratio {s['sharing_ratio']:.2f}; after the sweep "
@@ -190,8 +188,42 @@ def run_sweep(args):
 
 
 def record_file(record, node, nodes):
-    """The --record file of the node-th server: FILE itself on one node, FILE.node on several."""
-    return record if nodes == 1 else f"{record}.{node}"
+    """The --record file of a node's server: FILE itself on one node, FILE.<node id> on several."""
+    return record if nodes == 1 else f"{record}.{node[:12]}"
+
+
+class Recorder:
+    """Writes every node's server status once a second, as `carpool status --json-lines` does
+    ({"elapsed_s", "status"} lines, which optuna_sweep.sharing_bound reads), until stop()."""
+
+    def __init__(self, files, every=1.0):
+        self.files = {node: open(path, "w") for node, path in files.items()}
+        self.every, self.t0 = every, time.monotonic()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while True:
+            elapsed = time.monotonic() - self.t0
+            try:
+                nodes = carpool.ray.server_stats()
+            except Exception as e:  # a node lost mid-sweep: say so, keep recording the others
+                print(f"ray_tune_sweep.py: --record missed a second: {e}", file=sys.stderr)
+                nodes = {}
+            for node, stats in nodes.items():
+                if node in self.files:
+                    self.files[node].write(json.dumps({"elapsed_s": elapsed, "status": stats}) +
+                                           "\n")
+                    self.files[node].flush()
+            if self.done.wait(self.every):
+                return
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+        for f in self.files.values():
+            f.close()
 
 
 def servers_gone(sockets, wait=15.0):
@@ -226,8 +258,8 @@ def parse_args():
     ap.add_argument("--state-dir", type=pathlib.Path,
                     help="each node's catalog and socket (default: a temporary dir)")
     ap.add_argument("--record", metavar="FILE",
-                    help="record each node's server status every second (FILE, or FILE.N on "
-                         "several nodes) and print the sharing bound of the jobs it saw")
+                    help="record each node's server status every second (FILE, or FILE.<node id> "
+                         "on several nodes) and print the sharing bound of the jobs it saw")
     args = ap.parse_args()
     if args.trials < 1 or args.parallel < 1 or args.epochs < 1:
         ap.error("--trials, --parallel and --epochs must be >= 1")

@@ -2,9 +2,9 @@
 // hardware backend (the JPEG engines), its GPU-hybrid backend, and libjpeg-turbo on the CPU
 // (one thread, and every core), on synthetic 500x375 quality-90 photos like the bench set's.
 //   carpool_jpeg_decode_bench [--images N] [--batch B] [--rounds R] [--threads K] [--seconds S]
-// --threads K (K >= 2) adds a row of K threads, each with its own decoder and stream, running the
-// server's path at once for S seconds (default 10): whether concurrent builds overlap their
-// decodes, alone or beside another process's training.
+// --threads K (K >= 2) adds rows of 1, 2, 4, ... up to K threads, each thread with its own
+// decoder and stream, running the server's path at once for S seconds (default 10): whether
+// concurrent builds overlap their decodes, alone or beside another process's training.
 #include <turbojpeg.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <latch>
 #include <random>
 #include <string>
 #include <thread>
@@ -104,8 +105,8 @@ int ServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t batch, siz
     for (size_t first = 0; first + batch <= held.size(); first += batch) {
       std::vector<DecodeTarget> targets;
       for (size_t i = 0; i < batch; ++i) {
-        targets.push_back(
-            {i, held[first + i], shape, static_cast<uint8_t*>(out->data()) + i * shape.bytes()});
+        targets.push_back({i, held[first + i], shape,
+                           static_cast<uint8_t*>(out->data()) + i * shape.bytes()});
       }
       std::vector<std::pair<size_t, Status>> failed;
       if (Status s = decoder.Decode(*spec, targets, stream, &failed, &counts); !s.ok()) {
@@ -120,12 +121,11 @@ int ServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t batch, siz
       phases = counts;
     }
   }
-  std::printf(
-      "server path (BatchDecoder %s, decode + exact resize to 224x224): %.0f img/s; "
-      "seconds in header parse %.3f, decode call %.3f, resize %.3f, CPU side %.3f, "
-      "stream wait %.3f\n",
-      decoder.backend().c_str(), best, phases.inspect_s, phases.decode_s, phases.resize_s,
-      phases.cpu_s, phases.wait_s);
+  std::printf("server path (BatchDecoder %s, decode + exact resize to 224x224): %.0f img/s; "
+              "seconds in header parse %.3f, decode call %.3f, resize %.3f, CPU side %.3f, "
+              "stream wait %.3f\n",
+              decoder.backend().c_str(), best, phases.inspect_s, phases.decode_s,
+              phases.resize_s, phases.cpu_s, phases.wait_s);
   return 0;
 }
 
@@ -141,13 +141,17 @@ int ConcurrentServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t 
   std::vector<size_t> done(threads, 0);
   std::vector<double> decode_s(threads, 0);
   std::vector<int> failed_threads(threads, 0);
-  const auto begin = Clock::now();
+  // The clock starts once every thread has its decoder, stream and buffers.
+  std::latch set_up(static_cast<std::ptrdiff_t>(threads)), go(1);
+  Clock::time_point begin;
   std::vector<std::thread> pool;
   for (size_t t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       Result<std::unique_ptr<JpegDecoder>> d = JpegDecoder::Create(uint32_t(batch));
       Result<CudaStream> stream = CudaStream::Create();
       Result<DeviceBuffer> out = DeviceBuffer::Allocate(shape.bytes() * batch);
+      set_up.count_down();
+      go.wait();
       if (!d.ok() || !stream.ok() || !out.ok()) {
         failed_threads[t] = 1;
         return;
@@ -173,6 +177,9 @@ int ConcurrentServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t 
       decode_s[t] = counts.decode_s;
     });
   }
+  set_up.wait();
+  begin = Clock::now();
+  go.count_down();
   for (auto& th : pool) th.join();
   const double secs = std::chrono::duration<double>(Clock::now() - begin).count();
   size_t images = 0;
@@ -199,16 +206,16 @@ int Run(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const size_t value = std::strtoull(argv[i + 1], nullptr, 10);
-    if (flag == "--images")
-      images = value;
-    else if (flag == "--batch")
-      batch = value;
-    else if (flag == "--rounds")
-      rounds = value;
-    else if (flag == "--threads")
-      threads = value;
-    else if (flag == "--seconds")
-      seconds = std::strtod(argv[i + 1], nullptr);
+    if (flag == "--images") images = value;
+    else if (flag == "--batch") batch = value;
+    else if (flag == "--rounds") rounds = value;
+    else if (flag == "--threads") threads = value;
+    else if (flag == "--seconds") seconds = std::strtod(argv[i + 1], nullptr);
+  }
+  if (batch == 0 || images < batch) {
+    std::fprintf(stderr, "--images %zu must be at least --batch %zu, and the batch at least 1\n",
+                 images, batch);
+    return 2;
   }
   const int w = 500, h = 375;
   std::vector<std::vector<uint8_t>> jpegs;
