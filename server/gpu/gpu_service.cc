@@ -155,8 +155,8 @@ class CudaGpuService : public GpuService {
   std::string decoder_name_;  // empty: this GPU does not decode; fixed at creation
 
   // Serializes Build: the stream, the assembler and the resident area. Fair: builds of a GPU's
-  // jobs take turns in the order they arrive (with std::mutex and GPU decode's 20-70 ms builds,
-  // four jobs on one H200 got 2,441 to 3,246 img/s in one run; docs/gpu.md).
+  // jobs take turns in the order they arrive, where std::mutex lets a thread arriving as the
+  // holder leaves go first; GPU decode's builds hold it 20-70 ms (docs/gpu.md).
   FairMutex mu_;
   std::unique_ptr<gpu::GpuAssembler> assembler_ GUARDED_BY(mu_);
   gpu::CudaStream stream_;
