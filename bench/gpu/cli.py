@@ -83,6 +83,10 @@ def parser(prog=None):
                     help="half speed: train twice on each batch, or sleep one step time")
     ap.add_argument("--json-out")
     ap.add_argument("--md-out")
+    ap.add_argument("--mps", action="store_true",
+                    help="run every side under NVIDIA MPS: start nvidia-cuda-mps-control -d "
+                         "before the first CUDA process and stop it at the end (a daemon "
+                         "already running is used and left running)")
     ap.add_argument("--smoke", action="store_true", help="tiny CPU run of the whole orchestration")
     return ap
 
@@ -106,6 +110,9 @@ def finish_args(args):
     args.caches = bench_cache.choose("bench.gpu", args.prepared_set, args.cache_fraction,
                                      args.cache_size, args.gpu_cache_size,
                                      gpu=gpu_index(args.device) is not None)
+    if args.mps and gpu_index(args.device) is None:
+        sys.exit(f"bench.gpu: --mps needs a CUDA device, not --device {args.device}; leave out "
+                 "--mps (or --smoke)")
     if "overlap" in args.scenarios and args.count < OVERLAP_PARTS:
         sys.exit(f"bench.gpu: the overlap scenario needs --count >= {OVERLAP_PARTS}")
     return args

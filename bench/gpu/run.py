@@ -18,6 +18,7 @@ from bench.common import (PREPARE, SAMPLE_BYTES, catalog_ids, ensure_jpegs, epoc
 from bench.gpu.dmon import Dmon
 from bench.gpu.jobs import (GpuUtilSampler, aggregate, batches_key, cpu_seconds, gpu_index,
                             ratio, run_jobs, tree_cpu_seconds)
+from bench.gpu.mps import Mps
 from bench.gpu.report import markdown
 from bench.gpu.scenarios import OVERLAP_PARTS, SCENARIOS, STALL_GRACE_S, job_batches
 from bench.gpu.sides import tensorsocket_producer
@@ -363,7 +364,10 @@ class Bench:
         self.log_dir = pathlib.Path(a.log_dir or tmp)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         t = time.monotonic()
+        mps = Mps() if a.mps else None  # before any CUDA process of the run
         try:
+            if mps:
+                mps.start()
             self.prepare_data()
             if self.carpool:
                 self.register()
@@ -372,6 +376,8 @@ class Bench:
                 self.scenario(name)
         finally:
             self.sampler.stop()
+            if mps:
+                mps.stop()
             shutil.rmtree(tmp, ignore_errors=True)
         self.report["run_s"] = time.monotonic() - t
         self.save()

@@ -6,7 +6,8 @@ folder:
   2. none of bench/ and examples/ edits sys.path, and no .py file of bench/, examples/ and
      client/python is over 700 lines (issue 22);
   3. `python -m bench.gpu --smoke --scenarios n1`: the whole GPU benchmark's orchestration on the
-     CPU (spawned jobs import bench.gpu's modules by name), a carpool and a DataLoader side.
+     CPU (spawned jobs import bench.gpu's modules by name), a carpool and a DataLoader side;
+     and `--mps` without a GPU refused with its reason.
 Exit 0 when all hold, 1 otherwise, 77 (skipped) when torch or torchvision is missing."""
 
 import json
@@ -62,6 +63,9 @@ def main():
         n1 = report["scenarios"]["n1"]
         check(n1["baseline"].get("images", 0) > 0, "the DataLoader side trained on images")
         check(n1["carpool"].get("images", 0) > 0, "the carpool side trained on images")
+        r = bench(tmp, "bench.gpu", "--smoke", "--mps", "--scenarios", "n1")
+        check(r.returncode != 0 and "--mps needs a CUDA device" in r.stdout,
+              f"--mps without a GPU is refused with a reason: {r.stdout[-300:]}")
     print("bench check: passed")
     return 0
 

@@ -1,0 +1,44 @@
+"""NVIDIA MPS for `python -m bench.gpu --mps`: the control daemon started before the run's first
+CUDA process and stopped after its last, so that the server's kernels and the training
+processes' run side by side instead of in time slices (docs/gpu.md, "MPS, the operator's
+switch"). A daemon already running is used and left running."""
+
+import os
+import shutil
+import subprocess
+
+CONTROL = "nvidia-cuda-mps-control"
+
+
+def pipe_dir():
+    """Where the daemon's control pipe lives (CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps)."""
+    return os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+
+
+class Mps:
+    def __init__(self):
+        self.control = shutil.which(CONTROL)
+        if self.control is None:
+            raise SystemExit(f"bench.gpu: --mps: {CONTROL} is not on PATH; it comes with the "
+                             "NVIDIA driver's utilities. Run without --mps, or on a machine that "
+                             "has them")
+        self.started = False
+
+    def running(self):
+        return os.path.exists(os.path.join(pipe_dir(), "control"))
+
+    def start(self):
+        if self.running():
+            print(f"MPS: a control daemon is already running ({pipe_dir()}): using it, and "
+                  "leaving it running", flush=True)
+            return
+        subprocess.run([self.control, "-d"], check=True, timeout=60)
+        self.started = True
+        print(f"MPS: started '{CONTROL} -d' ({pipe_dir()})", flush=True)
+
+    def stop(self):
+        if not self.started:
+            return
+        subprocess.run([self.control], input="quit\n", text=True, timeout=60, check=False)
+        self.started = False
+        print("MPS: stopped the daemon this run started", flush=True)
