@@ -83,6 +83,9 @@ def parser(prog=None):
                     help="half speed: train twice on each batch, or sleep one step time")
     ap.add_argument("--json-out")
     ap.add_argument("--md-out")
+    ap.add_argument("--status-series", metavar="DIR",
+                    help="record each carpool server's status every 0.25 s while its jobs run, "
+                         "into DIR/status-LABEL.jsonl (carpool report draws one)")
     ap.add_argument("--mps", action="store_true",
                     help="run every side under NVIDIA MPS: start nvidia-cuda-mps-control -d "
                          "before the first CUDA process and stop it at the end (a daemon "

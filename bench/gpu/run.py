@@ -6,8 +6,10 @@ import multiprocessing as mp
 import os
 import pathlib
 import queue as queue_mod
+import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -112,8 +114,15 @@ class Bench:
             def before():
                 snap.update(stats=self.carpool.server_stats(socket=srv.socket),
                             cpu=cpu_seconds(srv.proc.pid))
-            with Dmon(self.gpu) as dmon:
-                results, ready, _ = run_jobs(specs, self.args.max_seconds, on_start=before, **kw)
+            series = self.status_series(label, srv.socket)
+            try:
+                with Dmon(self.gpu) as dmon:
+                    results, ready, _ = run_jobs(specs, self.args.max_seconds, on_start=before,
+                                                 **kw)
+            finally:
+                if series:
+                    series.send_signal(signal.SIGINT)
+                    series.wait()
             after = self.carpool.server_stats(socket=srv.socket)
             cpu = cpu_seconds(srv.proc.pid) - snap["cpu"]
         agg = aggregate(results, self.sampler)
@@ -127,6 +136,19 @@ class Bench:
             print(f"  note: server deliveries {deliv} != images the jobs trained on "
                   f"{agg['images']} (batches prefetched before a stop)", flush=True)
         return agg, ready
+
+    def status_series(self, label, socket):
+        """With --status-series DIR: `carpool status --watch` of this server into
+        DIR/status-LABEL.jsonl while its jobs run (pacing, cache and each job over time); LABEL
+        keeps letters, digits, '.', '_' and '-'."""
+        if not self.args.status_series:
+            return None
+        folder = pathlib.Path(self.args.status_series)
+        folder.mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", label)  # n1@10% -> n1_10_
+        return subprocess.Popen([self.carpool.binary(), "status", "--watch", "0.25",
+                                 "--json-lines", str(folder / f"status-{name}.jsonl"),
+                                 "--socket", socket], stdout=subprocess.DEVNULL)
 
     def baseline_run(self, specs, **kw):
         for s in specs:
@@ -340,6 +362,7 @@ class Bench:
               f"start-up); jobs waited for data {100 * sum(waits) / max(1, len(waits)):.0f}% of "
               "the time", flush=True)
         print_build_phases(" " * 17 + "GPU builds", agg)
+        print_pacing(" " * 17 + "pacing", agg)
         self.save()
 
     def save(self):
@@ -401,12 +424,26 @@ def print_build_phases(what, agg):
           f"; whole build {g['assemble_seconds'] * per:.2f}", flush=True)
 
 
+def print_pacing(what, agg):
+    """The server's pacing in the scenario: holds and lifts, and its capacity and window at the
+    end (scheduler.md, "Pacing"), to tell jobs held together from jobs let go."""
+    p = agg.get("pacing")
+    if p:
+        print(f"{what}: {p['holds']} holds, {p['lifts']} lifts; at the end capacity "
+              f"{p['capacity_samples']} samples, window {p['window']}", flush=True)
+
+
 def server_deltas(s0, s1, gpu):
     """Counters of the scenario: stats after minus before, the GPU's from "gpus"."""
     prep = s1["preparations"] - s0["preparations"]
     deliv = s1["deliveries"] - s0["deliveries"]
     g0, g1 = gpu_entry(s0, gpu), gpu_entry(s1, gpu)
     out = {"preparations": prep, "deliveries": deliv}
+    if "pacing" in s1:  # servers since issue 20
+        p0, p1 = s0.get("pacing", {}), s1["pacing"]
+        out["pacing"] = {"holds": p1["holds"] - p0.get("holds", 0),
+                         "lifts": p1["lifts"] - p0.get("lifts", 0),
+                         "capacity_samples": p1["capacity_samples"], "window": p1["window"]}
     if g0 is None or g1 is None:
         return out
     d = {k: g1[k] - g0[k] for k in ("batches", "images", "uploads", "upload_bytes",

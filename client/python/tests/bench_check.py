@@ -7,7 +7,7 @@ folder:
      client/python is over 700 lines (issue 22);
   3. `python -m bench.gpu --smoke --scenarios n1`: the whole GPU benchmark's orchestration on the
      CPU (spawned jobs import bench.gpu's modules by name), a carpool and a DataLoader side;
-     and `--mps` without a GPU refused with its reason.
+     its pacing counters and --status-series; and `--mps` without a GPU refused with its reason.
 Exit 0 when all hold, 1 otherwise, 77 (skipped) when torch or torchvision is missing."""
 
 import json
@@ -54,15 +54,21 @@ def main():
                   f"python -m bench.{name} --help: exit {r.returncode}: {r.stdout[-1500:]}")
         print(f"{len(ENTRY_POINTS)} entry points answer --help", flush=True)
         out = pathlib.Path(tmp) / "smoke.json"
+        series = pathlib.Path(tmp) / "series"
         r = bench(tmp, "bench.gpu", "--smoke", "--scenarios", "n1", "--max-seconds", "20",
                   "--data-dir", str(pathlib.Path(tmp) / "jpeg"), "--json-out", str(out),
-                  timeout=400)
+                  "--status-series", str(series), timeout=400)
         print(r.stdout[-1200:], flush=True)
         check(r.returncode == 0, f"python -m bench.gpu --smoke exited {r.returncode}")
         report = json.loads(out.read_text())
         n1 = report["scenarios"]["n1"]
         check(n1["baseline"].get("images", 0) > 0, "the DataLoader side trained on images")
         check(n1["carpool"].get("images", 0) > 0, "the carpool side trained on images")
+        check("holds" in n1["carpool"].get("pacing", {}), "the carpool side's pacing counters")
+        lines = (series / "status-n1.jsonl").read_text().splitlines() \
+            if (series / "status-n1.jsonl").exists() else []
+        check(lines and "pacing" in json.loads(lines[0])["status"],
+              f"--status-series wrote the n1 server's status: {sorted(series.glob('*'))}")
         r = bench(tmp, "bench.gpu", "--smoke", "--mps", "--scenarios", "n1")
         check(r.returncode != 0 and "--mps needs a CUDA device" in r.stdout,
               f"--mps without a GPU is refused with a reason: {r.stdout[-300:]}")
