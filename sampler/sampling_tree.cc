@@ -280,8 +280,9 @@ void SamplingTree::RunRound(std::span<const JobId> participants, std::vector<Ass
       d.sample = UniformElement(spine_[q], spine_size_[q], rng_);
       d.spine = static_cast<int32_t>(q);
     } else {
-      d.sample = last_leaf >= 0 ? CoupledLeafDraw(static_cast<size_t>(last_leaf), last_leaf_sample, p)
-                                : UniformElement(jobs_[p].leaf, jobs_[p].leaf_size, rng_);
+      d.sample = last_leaf >= 0
+                     ? CoupledLeafDraw(static_cast<size_t>(last_leaf), last_leaf_sample, p)
+                     : UniformElement(jobs_[p].leaf, jobs_[p].leaf_size, rng_);
       last_leaf = static_cast<int64_t>(p);
       last_leaf_sample = d.sample;
     }

@@ -49,13 +49,9 @@ bool SingleJobSource::Leave() {
   return false;
 }
 
-void SingleJobSource::NoteClientBound(double now) {
+void SingleJobSource::NoteClient(double now) {
   if (job_.removed || job_.done) return;
-  const size_t free = job_.pool->FreeCount();
-  scheduler_.NoteClient(id_,
-                        free == 0                          ? ClientState::kBound
-                        : free == job_.pool->slot_count() ? ClientState::kStarved
-                                                           : ClientState::kWaitingOnServer,
+  scheduler_.NoteClient(id_, ClientStateOfSlots(job_.pool->FreeCount(), job_.pool->slot_count()),
                         now);
 }
 

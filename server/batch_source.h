@@ -44,8 +44,8 @@ class BatchSource {
   // The job is being removed. Returns true when it leaves a data-parallel group empty (the engine
   // then drops the group).
   virtual bool Leave() = 0;
-  // Tells the scheduler whether the job waits on its client (every batch slot full).
-  virtual void NoteClientBound(double now) = 0;
+  // Tells the scheduler what the job's client is doing (ClientStateOfSlots).
+  virtual void NoteClient(double now) = 0;
   // The sampling tree's participant (0 while a group waits for its ranks).
   virtual JobId participant() const = 0;
   // Adds what the source knows to the job's stats (a rank: its key, rank and padding).
@@ -66,7 +66,7 @@ class SingleJobSource : public BatchSource {
   void FinishIfDone() override;
   void Fail(const Status& why) override;
   bool Leave() override;
-  void NoteClientBound(double now) override;
+  void NoteClient(double now) override;
   JobId participant() const override { return id_; }
 
  private:

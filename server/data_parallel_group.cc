@@ -220,13 +220,16 @@ void DataParallelGroup::CheckJoined(double now, double timeout) {
       joined_, world_size(), key_, timeout, fmt::join(missing, ", "))));
 }
 
-void DataParallelGroup::NoteClientBound(double now) {
+void DataParallelGroup::NoteClient(double now) {
   if (sched_ == 0 || failed_) return;
-  // Bound when every rank's slots are full; starved when every rank's are empty.
+  // Bound when every rank is (a rank not yet joined is not); starved when every joined rank is.
   bool bound = true, starved = true;
   for (const EngineJob* rank : ranks_) {
-    if (rank == nullptr || rank->pool->FreeCount() != 0) bound = false;
-    if (rank != nullptr && rank->pool->FreeCount() != rank->pool->slot_count()) starved = false;
+    const ClientState s = rank == nullptr ? ClientState::kStarved
+                                          : ClientStateOfSlots(rank->pool->FreeCount(),
+                                                               rank->pool->slot_count());
+    bound = bound && s == ClientState::kBound;
+    starved = starved && s == ClientState::kStarved;
   }
   scheduler_.NoteClient(sched_,
                         bound     ? ClientState::kBound

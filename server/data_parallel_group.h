@@ -38,8 +38,9 @@ class DataParallelGroup {
   Status Start(EngineJob& last, JobId sched, const Roaring& ids, bool set_batch, double now);
   // Fails the group when its ranks have not all joined within `timeout` seconds of the first.
   void CheckJoined(double now, double timeout);
-  // Tells the scheduler the group waits on its clients when every rank's slots are full.
-  void NoteClientBound(double now);
+  // Tells the scheduler what the group's clients are doing: bound when every rank is, starved
+  // when every rank is, else waiting on the server.
+  void NoteClient(double now);
   // Every rank hears `why`; the decisions and references go now, the ranks stay until they leave.
   void Fail(const Status& why);
 
@@ -97,7 +98,7 @@ class RankSource : public BatchSource {
     if (!group_.failed_) group_.Fail(why);
   }
   bool Leave() override { return group_.LeaveRank(job_); }
-  void NoteClientBound(double) override {}  // the group's, for all its ranks
+  void NoteClient(double) override {}  // the group's, for all its ranks
   JobId participant() const override { return group_.sched_; }
   void Describe(JobSnapshot& out) const override;
 

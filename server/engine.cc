@@ -168,11 +168,11 @@ void Engine::Step() {
   const double now = Now();
   if (options_.cache_bytes > 0) UpdateCapacity();
   for (auto& [id, job] : jobs_) {
-    if (job->source != nullptr) job->source->NoteClientBound(now);
+    if (job->source != nullptr) job->source->NoteClient(now);
   }
   // A data-parallel group waits on its clients when every rank's slots are full: a single job
   // sharing its samples is then lifted past it like past any slow job.
-  for (auto& [key, group] : groups_) group->NoteClientBound(now);
+  for (auto& [key, group] : groups_) group->NoteClient(now);
   std::vector<Assignment> decided;
   // A slice at a time: a job joining decides its prefetch depth (thousands of rounds) over
   // several steps, so nobody waits for the lock for all of it.

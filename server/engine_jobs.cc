@@ -231,7 +231,8 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
     }
     if (!joined.ok()) return joined;  // give_back, after this lock
     log::Info("job {}: dataset \"{}\" ({} samples), batch {}, {} epoch(s), transform \"{}\", {}, "
-              "joined in {:.3f} s (records {:.3f} s, sample table {:.3f} s, engine lock {:.3f} s){}",
+              "joined in {:.3f} s (records {:.3f} s, sample table {:.3f} s, engine lock "
+              "{:.3f} s){}",
               job->id, request.dataset, job->dataset_size, request.batch_size, request.epochs,
               transform->ToString(), job->gpu ? fmt::format("cuda:{}", *device) : "cpu",
               Now() - began, loaded - began, tabled, Now() - locked,

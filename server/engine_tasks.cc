@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "common/elapsed.h"
 #include "common/log.h"
 #include "server/assemble.h"
 #include "server/engine.h"
@@ -18,10 +19,7 @@ Engine::WorkerLock::WorkerLock(Engine& engine) : engine_(engine) {
   const auto begin = std::chrono::steady_clock::now();
   WorkerPhases::Scope phase(engine_.phases_, WorkerPhase::kLock);
   engine_.mu_.Lock();
-  engine_.worker_lock_wait_ns_.fetch_add(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin)
-          .count(),
-      std::memory_order_relaxed);
+  engine_.worker_lock_wait_ns_.fetch_add(NanosSince(begin), std::memory_order_relaxed);
 }
 
 Engine::WorkerLock::~WorkerLock() { engine_.mu_.Unlock(); }

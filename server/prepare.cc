@@ -46,8 +46,6 @@ Result<ResizeCropGeometry> ResizeCropFor(const PrepareSpec& spec, int src_width,
 
 namespace {
 
-// Where the prepared pixels come from: resize the decoded image to resized_*, then copy the
-// out_* window at (crop_x, crop_y).
 Status CheckSpec(const PrepareSpec& spec) {
   if (spec.channels != 1 && spec.channels != 3) {
     return Status::InvalidArgument(
@@ -68,7 +66,6 @@ Status CheckSpec(const PrepareSpec& spec) {
   }
   return Status::OK();
 }
-
 
 Result<PreparedShape> PrepareRaw(const PrepareSpec& spec, std::span<const uint8_t> encoded,
                                  std::span<uint8_t>* dst, PreparedShape raw_shape) {

@@ -132,6 +132,13 @@ enum class ClientState {
   kBound,           // every slot full: its own client is the bound
 };
 
+// The state of a client with `free` of its `slots` batch slots free. O(1).
+inline ClientState ClientStateOfSlots(size_t free, size_t slots) {
+  return free == 0       ? ClientState::kBound
+         : free == slots ? ClientState::kStarved
+                         : ClientState::kWaitingOnServer;
+}
+
 // The pacing's state, for status and /metrics.
 struct PacingStats {
   bool enabled = false;
@@ -224,7 +231,8 @@ class Scheduler : public cache::NextUseOracle {
   // unknown, none of them would become owed (no other queue holds them, or another job already
   // took them), the owed samples stay within the window, the job is at least as far behind
   // (queued samples others took) as each job it would lead, or those jobs are all client-bound
-  // and slower by nature than this one (SchedulerOptions::faster_margin). A refusal starts (or continues) the job's held time; a grant ends it.
+  // and slower by nature than this one (SchedulerOptions::faster_margin). A refusal starts (or
+  // continues) the job's held time; a grant ends it.
   // Cost: O(n x queue entries of those samples).
   bool MayTake(JobId job, size_t n, uint64_t pinned, double now);
   // What the job's client is doing since the last call; feeds the decayed client-bound

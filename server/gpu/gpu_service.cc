@@ -13,6 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/elapsed.h"
 #include "common/fair_mutex.h"
 #include "common/log.h"
 #include "server/gpu/batch_decoder.h"
@@ -27,12 +28,6 @@ namespace {
 constexpr uint64_t kSlotAlign = 256;
 constexpr uint64_t kAllocationGranule = uint64_t{2} << 20;
 uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
-
-uint64_t NanosSince(std::chrono::steady_clock::time_point start) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now() - start)
-                                   .count());
-}
 
 Status OnDevice(int device) {
   return gpu::CudaCheck(cudaSetDevice(device), fmt::format("cudaSetDevice({})", device));
@@ -517,7 +512,9 @@ GpuCounters CudaGpuService::Counters() const NO_THREAD_SAFETY_ANALYSIS {
   c.decoded_bytes = decoded_bytes_.load();
   c.undecodable = undecodable_.load();
   c.decode_seconds = static_cast<double>(decode_ns_.load()) * 1e-9;
-  auto seconds = [](const std::atomic<uint64_t>& ns) { return static_cast<double>(ns.load()) * 1e-9; };
+  auto seconds = [](const std::atomic<uint64_t>& ns) {
+    return static_cast<double>(ns.load()) * 1e-9;
+  };
   c.phases = {seconds(lock_ns_),   seconds(inspect_ns_),     seconds(nvjpeg_ns_),
               seconds(resize_ns_), seconds(cpu_decode_ns_), seconds(decode_wait_ns_),
               seconds(sync_ns_)};
