@@ -327,6 +327,16 @@ TEST(DsaStatsTest, MaskedThirdJobLowersPairSharing) {
   EXPECT_LT(BinomialZPValue(shared, kTrials, 0.5), 1e-9);
 }
 
+// counts[k][x]: how often position k of an epoch held id x. Each position's row is uniform
+// (chi-square, Bonferroni over the positions).
+void ExpectEveryPositionUniform(const std::vector<std::vector<uint64_t>>& counts) {
+  const double ids = static_cast<double>(counts.size());
+  for (size_t k = 0; k < counts.size(); ++k) {
+    EXPECT_GE(ChiSquarePValue(PearsonUniform(counts[k]), ids - 1), kFamilyAlpha / ids)
+        << "position " << k;
+  }
+}
+
 // Churn across whole epochs: while other jobs join, leave and restart, the position at which job 0
 // meets each of its 8 ids is uniform (chi-square per position, Bonferroni over the 8 positions).
 TEST(DsaStatsTest, PermutationsStayUniformUnderChurn) {
@@ -373,10 +383,7 @@ TEST(DsaStatsTest, PermutationsStayUniformUnderChurn) {
       ASSERT_TRUE(tree.ResetEpoch(0).ok());
     }
   }
-  for (uint32_t k = 0; k < kIds; ++k) {
-    EXPECT_GE(ChiSquarePValue(PearsonUniform(counts[k]), kIds - 1), kFamilyAlpha / kIds)
-        << "position " << k;
-  }
+  ExpectEveryPositionUniform(counts);
 }
 
 // Issue 10 item 4: a job killed at random steps and resumed in a new tree (a restarted server,
@@ -424,10 +431,85 @@ TEST(DsaStatsTest, ResumedEpochsStayUniformOverRestartsAtRandomSteps) {
     for (uint32_t k = 0; k < kIds; ++k) ++counts[k][order[k]];
   }
   EXPECT_GT(restarts, kEpochs / 2u);
-  for (uint32_t k = 0; k < kIds; ++k) {
-    EXPECT_GE(ChiSquarePValue(PearsonUniform(counts[k]), kIds - 1), kFamilyAlpha / kIds)
-        << "position " << k;
+  ExpectEveryPositionUniform(counts);
+}
+
+// A scheduler gives back the tail of a job's queue when another job joins (Return): draws made
+// and then undone at cuts chosen by position only. Job 0's epochs, with draws going back at random
+// cuts beside a partner, still meet each id exactly once, every position uniform.
+TEST(DsaStatsTest, PermutationsStayUniformWhenTailsGoBack) {
+  constexpr uint32_t kIds = 8;
+  constexpr int kEpochs = 4000;
+  std::mt19937_64 gen(9090);
+  SamplingTree tree(9091);
+  ASSERT_TRUE(tree.AddJob(0, Roaring::bitmapOf(8, 0, 1, 2, 3, 4, 5, 6, 7)).ok());
+  ASSERT_TRUE(tree.AddJob(1, RandomSubset(gen, 2 * kIds, 0.5) | Roaring::bitmapOf(1, 0)).ok());
+  std::vector<std::vector<uint64_t>> counts(kIds, std::vector<uint64_t>(kIds, 0));
+  std::vector<uint32_t> queue, order;  // drawn, not delivered; delivered this epoch
+  uint64_t returned = 0;
+  std::vector<Assignment> out;
+  for (int epoch = 0; epoch < kEpochs;) {
+    const uint64_t step = gen() % 4;
+    if (step == 0 && !queue.empty()) {  // a cut at a position drawn without looking at the ids
+      const size_t keep = gen() % queue.size();
+      Roaring back;
+      for (size_t i = keep; i < queue.size(); ++i) back.add(queue[i]);
+      ASSERT_TRUE(tree.Return(0, back).ok());
+      returned += queue.size() - keep;
+      queue.resize(keep);
+    } else if (step == 1 && !queue.empty()) {  // deliveries from the front
+      const size_t n = 1 + gen() % queue.size();
+      order.insert(order.end(), queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(n));
+      queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(n));
+    } else {
+      out.clear();
+      const JobId both[] = {0, 1};
+      tree.RunRound(gen() % 3 == 0 ? std::span<const JobId>(both, 1) : both, &out);
+      for (const Assignment& a : out) {
+        if (std::find(a.jobs.begin(), a.jobs.end(), 0u) != a.jobs.end()) queue.push_back(a.sample);
+      }
+      if (tree.EpochDone(1)) {
+        ASSERT_TRUE(tree.ResetEpoch(1).ok());
+      }
+    }
+    if (tree.EpochDone(0) && queue.empty()) {
+      ASSERT_EQ(order.size(), kIds);
+      Roaring seen;
+      for (uint32_t x : order) {
+        ASSERT_FALSE(seen.contains(x)) << "sample " << x << " twice in an epoch";
+        seen.add(x);
+      }
+      for (uint32_t k = 0; k < kIds; ++k) ++counts[k][order[k]];
+      order.clear();
+      ++epoch;
+      ASSERT_TRUE(tree.ResetEpoch(0).ok());
+    }
   }
+  EXPECT_GT(returned, uint64_t{kEpochs}) << "the cuts must give draws back";
+  ExpectEveryPositionUniform(counts);
+}
+
+TEST(SamplingTreeReturnTest, RejectsSamplesOutsideTheDatasetOrStillInR) {
+  SamplingTree tree(1);
+  Roaring d;
+  d.addRange(0, 10);
+  ASSERT_TRUE(tree.AddJob(0, d).ok());
+  std::vector<Assignment> out;
+  const JobId one[] = {0};
+  tree.RunRound(one, &out);
+  ASSERT_EQ(out.size(), 1u);
+  const uint32_t drawn = out[0].sample;
+  EXPECT_EQ(tree.Return(7, Roaring::bitmapOf(1, drawn)).code(), StatusCode::kNotFound);
+  const Status outside = tree.Return(0, Roaring::bitmapOf(2, drawn, 12));
+  EXPECT_EQ(outside.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(outside.message().find("1 outside its dataset"), std::string::npos)
+      << outside.ToString();
+  EXPECT_EQ(tree.Return(0, Roaring::bitmapOf(1, (drawn + 1) % 10)).code(),
+            StatusCode::kInvalidArgument)
+      << "a sample still in R cannot go back";
+  EXPECT_EQ(tree.Remaining(0), 9u);
+  ASSERT_TRUE(tree.Return(0, Roaring::bitmapOf(1, drawn)).ok());
+  EXPECT_EQ(tree.Remaining(0), 10u);
 }
 
 TEST(SamplingTreeResumeTest, RejectsARemainderOutsideTheDataset) {

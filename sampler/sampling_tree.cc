@@ -75,6 +75,27 @@ Status SamplingTree::ResetEpoch(JobId job) {
   return Insert(std::move(j));
 }
 
+Status SamplingTree::Return(JobId job, const Roaring& samples) {
+  auto it = index_.find(job);
+  if (it == index_.end()) {
+    return Status::NotFound(fmt::format("job {} is not in the sampling tree; add it first", job));
+  }
+  const Job& j = jobs_[it->second];
+  if (!samples.isSubset(j.dataset) || samples.intersect(j.remaining)) {
+    return Status::InvalidArgument(fmt::format(
+        "job {}: {} samples to return, {} outside its dataset and {} still in its R; only drawn "
+        "samples of its dataset go back",
+        job, samples.cardinality(), (samples - j.dataset).cardinality(),
+        (samples & j.remaining).cardinality()));
+  }
+  if (samples.isEmpty()) return Status::OK();
+  Job moved = Erase(it->second);
+  moved.remaining |= samples;
+  moved.remaining = WithoutRuns(moved.remaining);
+  moved.size = moved.remaining.cardinality();
+  return Insert(std::move(moved));
+}
+
 size_t SamplingTree::InsertPosition(const Job& job) const {
   size_t lo = 0, hi = jobs_.size();
   while (lo < hi) {

@@ -58,6 +58,12 @@ class SamplingTree {
   Status RemoveJob(JobId job);
   // Starts a new epoch: R = dataset again (a removal followed by an insertion). Error: unknown id.
   Status ResetEpoch(JobId job);
+  // Puts samples the job had drawn back into its R, undoing draws it has not used (the scheduler
+  // re-deciding a queue's tail so that a job joining shares it). Its permutation stays uniform
+  // when which draws go back depends only on their positions, never on the samples.
+  // Errors: unknown id; InvalidArgument when a sample is outside the dataset or already in R.
+  // Cost: a removal and an insertion, O(p) bitmap operations.
+  Status Return(JobId job, const Roaring& samples);
 
   // Runs one DSA round over `participants`: any subset of the jobs, in any order. Unknown ids,
   // duplicates and jobs whose R is empty are skipped. Each remaining participant is assigned

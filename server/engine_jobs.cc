@@ -11,6 +11,7 @@
 #include <functional>
 #include <numeric>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include "common/log.h"
@@ -227,6 +228,22 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
       // Without a cache nothing is prepared ahead of a batch: keep the whole prefetch decided.
       if (joined.ok() && options_.cache_bytes > 0) {
         scheduler_->SetBatch(job->id, request.batch_size);
+        // The jobs already running give back what they decided ahead, alone, so that it is
+        // decided again with this one (docs/scheduler.md "Joining"); each keeps its front batch.
+        std::unordered_map<JobId, uint64_t> front;  // single jobs; data-parallel groups keep all
+        for (const auto& [id, other] : jobs_) {
+          if (other->request.world_size <= 1 && other->request.nodes <= 1) {
+            front[static_cast<JobId>(id)] = other->request.batch_size;
+          }
+        }
+        const uint64_t returned = scheduler_->UndecideTails(job->id, [&front](JobId id) {
+          auto it = front.find(id);
+          return it != front.end() ? it->second : UINT64_MAX;
+        });
+        if (returned > 0) {
+          log::Info("job {}: the running jobs gave back {} decisions to decide them with it",
+                    job->id, returned);
+        }
       }
     }
     if (!joined.ok()) return joined;  // give_back, after this lock

@@ -152,6 +152,33 @@ Status Scheduler::RemoveJob(JobId id) {
   return s;
 }
 
+uint64_t Scheduler::UndecideTails(JobId joined, const std::function<uint64_t(JobId)>& keep) {
+  const Job* newcomer = Find(joined);
+  if (newcomer == nullptr || !options_.pacing) return 0;
+  uint64_t returned = 0;
+  for (auto& [id, job] : jobs_) {
+    if (id == joined || !job->dataset.intersect(newcomer->dataset)) continue;
+    const uint64_t kept = keep(id);
+    // Only the epoch whose R is in the tree can take its samples back.
+    size_t cut = job->queue.size();
+    while (cut > kept && job->queue[cut - 1].epoch == job->epoch) --cut;
+    if (cut == job->queue.size()) continue;
+    Roaring back;
+    for (size_t i = cut; i < job->queue.size(); ++i) back.add(job->queue[i].sample);
+    // Refused only for a sample outside this epoch's draws, which the queue cannot hold.
+    if (!tree_.Return(id, back).ok()) continue;
+    while (job->queue.size() > cut) {
+      const SampleId sample = job->queue.back().sample;
+      job->queue.pop_back();
+      DropUse(sample, job.get(), job->head_seq + job->queue.size());
+      ReportDecided(sample, -1);  // R -> queue counted 0 references, so queue -> R does too
+    }
+    job->ready_prefix = std::min<size_t>(job->ready_prefix, job->queue.size());
+    returned += back.cardinality();
+  }
+  return returned;
+}
+
 bool Scheduler::HasWork(const Job& job) const {
   return tree_.Remaining(job.id) > 0 || job.epoch + 1 < job.epochs;
 }

@@ -195,6 +195,16 @@ class Scheduler : public cache::NextUseOracle {
                 double now, const Start& start);
   // Removes a job: its R and its queue release their references. Error: unknown id.
   Status RemoveJob(JobId job);
+  // A job has joined: every other job whose dataset overlaps its own gives back the tail of its
+  // queue in its current epoch beyond its first keep(job) entries (the batch being built, which
+  // the caller must not lose), so that the next rounds decide those samples jointly with the new
+  // job. Without it the first job to connect keeps thousands of samples decided alone, which
+  // the others must draw on their own later: four jobs started together ran 4,000 samples apart
+  // with the GPU's area holding 1,250 (docs/scheduler.md "Joining"). The cut depends on
+  // positions only, so every permutation stays uniform. keep() returning UINT64_MAX exempts a
+  // job. Returns the decisions given back. With pacing off: nothing (the server as before).
+  // Cost: O(entries given back) plus one tree re-insertion per job cut.
+  uint64_t UndecideTails(JobId joined, const std::function<uint64_t(JobId)>& keep);
 
   // Runs rounds while some job with work left is below its prefetch depth; each round includes
   // every job below L (starting its next epoch first when its R is empty). Appends the rounds'

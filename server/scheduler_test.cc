@@ -93,6 +93,8 @@ TEST(SchedulerTest, RefCountsMatchRecountUnderRandomOperations) {
       const auto [kind, jobs] = NextChurnStep(gen, s, now);
       if (kind == 0 || jobs.empty()) {
         ASSERT_TRUE(AddRandomJob(s, gen, next_id++, 60, 40, 3, now));
+        const uint64_t keep = gen() % 4;  // the others give back all but `keep` of their queues
+        s.UndecideTails(next_id - 1, [keep](JobId) { return keep; });
       } else if (kind == 1) {
         ASSERT_TRUE(s.RemoveJob(jobs[gen() % jobs.size()]).ok());
       } else if (kind < 5) {
@@ -139,6 +141,8 @@ TEST(SchedulerTest, PacingBookkeepingMatchesAModelUnderRandomOperations) {
       if (kind == 0 || jobs.empty()) {
         ASSERT_TRUE(AddRandomJob(s, gen, next_id, 30, 30, 4, now));
         if (gen() % 2 == 0) s.SetBatch(next_id, 1 + gen() % 4);
+        const uint64_t keep = gen() % 4;
+        s.UndecideTails(next_id, [keep](JobId j) { return j % 3 == 0 ? UINT64_MAX : keep; });
         ++next_id;
       } else if (kind == 1) {
         ASSERT_TRUE(s.RemoveJob(jobs[gen() % jobs.size()]).ok());
@@ -208,6 +212,58 @@ TEST(SchedulerTest, PacingHoldsTheLeaderAndNeverTheFollower) {
   EXPECT_TRUE(s.MayTake(1, 4, 0, 3)) << "the follower took 4: room again";
   EXPECT_EQ(s.pacing().holds, 1u) << "one batch held, however often asked";
   EXPECT_DOUBLE_EQ(s.Stats(1)->held, 1.0) << "held from t=2 to t=3";
+}
+
+// Four identical jobs joining one after another, the first ones consuming meanwhile. Without
+// UndecideTails the first keeps hundreds of samples decided alone, which the last must draw on
+// its own later; with it each running job gives back all but its front batch at every join, and
+// from then on the four queues hold the same samples.
+TEST(SchedulerTest, JoiningJobsShareWhatTheRunningOnesDecidedAhead) {
+  constexpr uint64_t kBatch = 32;
+  auto gap_of_last_to_first = [](bool undecide) {
+    CountingSink sink;
+    Scheduler s(Opts(0, 11), &sink);
+    s.SetCapacity(400);
+    double now = 0;
+    for (JobId j = 1; j <= 4; ++j) {
+      EXPECT_TRUE(s.AddJob(j, Range(0, 4000), 1, 8 * kBatch, now).ok());
+      s.SetBatch(j, kBatch);
+      if (undecide) {
+        const uint64_t back = s.UndecideTails(j, [](JobId) { return kBatch; });
+        if (j > 1) {
+          EXPECT_GT(back, 0u) << "job " << j << " joined; the others decided ahead";
+        }
+      }
+      for (int step = 0; step < 6; ++step) {  // the running jobs consume a few batches
+        s.Tick(now);
+        for (JobId k = 1; k <= j; ++k) EXPECT_TRUE(s.Consume(k, kBatch, now).ok());
+        now += 0.1;
+      }
+      EXPECT_EQ(sink.counts, Recount(s));
+      EXPECT_EQ(sink.decided, RecountDecided(s));
+    }
+    s.Tick(now);
+    // How far the first job runs ahead: the mean gap between where the last job's next 128
+    // samples sit in the first job's queue and in its own (samples the first does not hold
+    // count as its whole queue: it took them long ago, alone).
+    const auto& first = *s.Queue(1);
+    std::map<SampleId, size_t> at;
+    for (size_t i = 0; i < first.size(); ++i) at.emplace(first[i].sample, i);
+    const auto& last = *s.Queue(4);
+    const size_t n = std::min<size_t>(128, last.size());
+    double gap = 0;
+    for (size_t i = 0; i < n; ++i) {
+      auto it = at.find(last[i].sample);
+      gap += std::fabs(static_cast<double>(it != at.end() ? it->second : first.size()) -
+                       static_cast<double>(i));
+    }
+    return gap / static_cast<double>(n);
+  };
+  const double with = gap_of_last_to_first(true);
+  const double without = gap_of_last_to_first(false);
+  // The kept front batch, and the few samples the last job draws that the first took before.
+  EXPECT_LE(with, 2.0 * kBatch) << "the four queues line up within about the kept front batch";
+  EXPECT_GE(without, 4.0 * kBatch) << "without giving back, the first job ran ahead alone";
 }
 
 // A Tick past its deadline runs one round and says it stopped short; later Ticks finish the
