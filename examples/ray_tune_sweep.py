@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The sweep of examples/optuna_sweep.py on Ray Tune: class subset and learning rate, 8 trials 4 at
-a time, Tune's Optuna searcher (TPE) and ASHA early stopping. Each Ray node runs one carpool
+a time, Tune's Optuna searcher (TPE) and the median stopping rule (as Optuna's MedianPruner). Each Ray node runs one carpool
 server (carpool.ray, cache 10% of the prepared set), started with the sweep and gone when Ray
 stops; a trial reads through carpool.Loader from its node's server. Every epoch a trial
 completes is checked to hold each sample of its dataset exactly once.
@@ -90,6 +90,17 @@ def drained(nodes, wait=10.0):
         time.sleep(0.2)
 
 
+def stopper(args):
+    """Early stopping that stops trials and never pauses one: a paused function trial restarts
+    from scratch (no checkpoint), a new job reading its epochs again."""
+    if args.stopper == "asha":  # stops half the trials at each rung
+        return tune.schedulers.ASHAScheduler(max_t=args.epochs, grace_period=1, reduction_factor=2)
+    # examples/optuna_sweep.py's rule, optuna.pruners.MedianPruner(n_startup_trials=2): after an
+    # epoch, a trial below the median of the trials before it at that epoch stops.
+    return tune.schedulers.MedianStoppingRule(time_attr="training_iteration", grace_period=1,
+                                              min_samples_required=2, hard_stop=True)
+
+
 def tune_sweep(args, test):
     # With a searcher other than random search, Tune starts one trial at a time (one pending
     # placement group: ray.tune's _get_max_pending_trials), and the first trials' jobs joined 3-5 s
@@ -103,10 +114,10 @@ def tune_sweep(args, test):
         tune_config=tune.TuneConfig(
             metric="accuracy", mode="max", num_samples=args.trials,
             max_concurrent_trials=args.parallel, search_alg=OptunaSearch(seed=args.seed),
-            # ASHA stops trials and never pauses one: a paused function trial restarts from
-            # scratch (no checkpoint), a new job reading its epochs again.
-            scheduler=tune.schedulers.ASHAScheduler(max_t=args.epochs, grace_period=1,
-                                                    reduction_factor=2)),
+            # A stopped trial's worker starts the next trial (no new process, no imports), so the
+            # next trial's job joins while the others still read what it can share.
+            reuse_actors=True,
+            scheduler=stopper(args)),
         run_config=train.RunConfig(storage_path=str(args.work / "ray_results"),
                                    name="carpool-tune", verbose=0))
     return tuner.fit()
@@ -253,6 +264,9 @@ def parse_args():
         ap.add_argument("--" + flag, type=int, default=default, help=text)
     ap.add_argument("--subsets", choices=sorted(osw.SUBSET_SPACES), default="drop",
                     help="the class subsets trials pick from (examples/optuna_sweep.py)")
+    ap.add_argument("--stopper", choices=("median", "asha"), default="median",
+                    help="early stopping: median (Optuna's MedianPruner, as examples/optuna_sweep.py) "
+                         "or asha (stops half the trials after each epoch)")
     ap.add_argument("--address", help="a running Ray cluster ('auto' after `ray start --head`); "
                     "default: a local Ray started here with --parallel CPUs")
     ap.add_argument("--state-dir", type=pathlib.Path,

@@ -37,8 +37,9 @@ def main():
         images += b
         now = time.monotonic()
         if now - window_start >= args.window:
-            print(f"train_beside t={now - start:5.1f}s {images / (now - window_start):7.0f} img/s",
-                  flush=True)
+            # Unix time too, to line a window up with what ran beside it (other clocks).
+            print(f"train_beside t={now - start:5.1f}s unix={time.time():.1f} "
+                  f"{images / (now - window_start):7.0f} img/s", flush=True)
             window_start, images = now, 0
 
 

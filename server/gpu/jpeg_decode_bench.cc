@@ -2,9 +2,12 @@
 // hardware backend (the JPEG engines), its GPU-hybrid backend, and libjpeg-turbo on the CPU
 // (one thread, and every core), on synthetic 500x375 quality-90 photos like the bench set's.
 //   carpool_jpeg_decode_bench [--images N] [--batch B] [--rounds R] [--threads K] [--seconds S]
+//                             [--backend hardware|gpu-hybrid]
 // --threads K (K >= 2) adds rows of 1, 2, 4, ... up to K threads, each thread with its own
-// decoder and stream, running the server's path at once for S seconds (default 10): whether
-// concurrent builds overlap their decodes, alone or beside another process's training.
+// decoder (--backend, default hardware where the GPU has engines) and stream, running the
+// server's path at once for S seconds (default 10): whether concurrent builds overlap their
+// decodes, alone or beside another process's training. Each such row gives its start and end
+// (Unix seconds) to line it up with what runs beside it.
 #include <turbojpeg.h>
 
 #include <algorithm>
@@ -129,10 +132,15 @@ int ServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t batch, siz
   return 0;
 }
 
+double UnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 // K threads at once, each with its own BatchDecoder, stream and outputs, decoding batches of the
 // same pinned JPEGs for `seconds`; the aggregate rate and the mean decode call per batch.
 int ConcurrentServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t batch,
-                         size_t threads, double seconds) {
+                         size_t threads, double seconds, JpegBackend backend) {
   Result<PrepareSpec> spec = ParsePrepareSpec("resize=256,crop=224,decode=gpu");
   std::vector<std::span<const uint8_t>> held;
   Result<PinnedHostBuffer> pinned = Pin(jpegs, &held);
@@ -147,7 +155,7 @@ int ConcurrentServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t 
   std::vector<std::thread> pool;
   for (size_t t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      Result<std::unique_ptr<JpegDecoder>> d = JpegDecoder::Create(uint32_t(batch));
+      Result<std::unique_ptr<JpegDecoder>> d = JpegDecoder::Create(uint32_t(batch), backend);
       Result<CudaStream> stream = CudaStream::Create();
       Result<DeviceBuffer> out = DeviceBuffer::Allocate(shape.bytes() * batch);
       set_up.count_down();
@@ -179,6 +187,7 @@ int ConcurrentServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t 
   }
   set_up.wait();
   begin = Clock::now();
+  const double unix_begin = UnixSeconds();
   go.count_down();
   for (auto& th : pool) th.join();
   const double secs = std::chrono::duration<double>(Clock::now() - begin).count();
@@ -193,9 +202,10 @@ int ConcurrentServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t 
     call_s += decode_s[t];
   }
   std::printf(
-      "server path, %zu threads at once for %.1f s: %.0f img/s in all; decode call %.2f ms "
-      "a batch of %zu\n",
-      threads, secs, double(images) / secs, 1e3 * call_s / double(images / batch), batch);
+      "server path (%s), %zu threads at once for %.1f s: %.0f img/s in all; decode call %.2f ms "
+      "a batch of %zu; from %.1f to %.1f\n",
+      JpegBackendName(backend), threads, secs, double(images) / secs,
+      1e3 * call_s / double(images / batch), batch, unix_begin, UnixSeconds());
   return 0;
 }
 
@@ -203,6 +213,7 @@ int Run(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it comes, beside another process too
   size_t images = 2048, batch = 256, rounds = 3, threads = 1;
   double seconds = 10;
+  JpegBackend backend = JpegBackend::kHardware;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const size_t value = std::strtoull(argv[i + 1], nullptr, 10);
@@ -211,6 +222,14 @@ int Run(int argc, char** argv) {
     else if (flag == "--rounds") rounds = value;
     else if (flag == "--threads") threads = value;
     else if (flag == "--seconds") seconds = std::strtod(argv[i + 1], nullptr);
+    else if (flag == "--backend") {
+      const std::string name = argv[i + 1];
+      if (name != "hardware" && name != "gpu-hybrid") {
+        std::fprintf(stderr, "--backend %s: use hardware or gpu-hybrid\n", name.c_str());
+        return 2;
+      }
+      backend = name == "hardware" ? JpegBackend::kHardware : JpegBackend::kGpuHybrid;
+    }
   }
   if (batch == 0 || images < batch) {
     std::fprintf(stderr, "--images %zu must be at least --batch %zu, and the batch at least 1\n",
@@ -273,7 +292,7 @@ int Run(int argc, char** argv) {
   }
   if (int rc = ServerPath(jpegs, batch, rounds, stream->get()); rc != 0) return rc;
   for (size_t k = 1; threads >= 2 && k <= threads; k *= 2) {
-    if (int rc = ConcurrentServerPath(jpegs, batch, k, seconds); rc != 0) return rc;
+    if (int rc = ConcurrentServerPath(jpegs, batch, k, seconds, backend); rc != 0) return rc;
   }
   return 0;
 }
