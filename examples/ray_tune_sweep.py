@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """The sweep of examples/optuna_sweep.py on Ray Tune: class subset and learning rate, 8 trials 4 at
-a time, Tune's Optuna searcher (TPE) and the median stopping rule (as Optuna's MedianPruner). Each Ray node runs one carpool
-server (carpool.ray, cache 10% of the prepared set), started with the sweep and gone when Ray
-stops; a trial reads through carpool.Loader from its node's server. Every epoch a trial
-completes is checked to hold each sample of its dataset exactly once.
+a time, Tune's Optuna searcher (TPE) and the median rule of Optuna's MedianPruner. Each Ray node
+runs one carpool server (carpool.ray, cache 10% of the prepared set), started with the sweep and
+gone when Ray stops; a trial reads through carpool.Loader from its node's server. Every epoch a
+trial completes is checked to hold each sample of its dataset exactly once.
 
     scripts/ray_venv.sh                     # build-ray/venv with ray[tune]
     PYTHONPATH=.:client/python build-ray/venv/bin/python examples/ray_tune_sweep.py [--trials 8]
@@ -90,15 +90,43 @@ def drained(nodes, wait=10.0):
         time.sleep(0.2)
 
 
+class MedianStop(tune.schedulers.FIFOScheduler):
+    """Optuna's MedianPruner(n_startup_trials=2) as a Tune scheduler: after an epoch, a trial
+    worse than the median of the other trials' results at that epoch (at least `min_trials` of
+    them) stops. It never pauses a trial, which Tune's MedianStoppingRule does while it has too
+    few results to compare (a paused function trial restarts as a second job)."""
+
+    def __init__(self, min_trials=2):
+        super().__init__()
+        self.min_trials = min_trials
+        self.maximize = True
+        self.results = {}  # trial id -> {epoch: metric}
+
+    def set_search_properties(self, metric, mode, **spec):
+        if mode:
+            self.maximize = mode == "max"
+        return super().set_search_properties(metric, mode, **spec)
+
+    def on_trial_result(self, tune_controller, trial, result):
+        if self.metric not in result:
+            return tune.schedulers.TrialScheduler.CONTINUE
+        step, value = result["training_iteration"], result[self.metric]
+        others = [r[step] for t, r in self.results.items() if t != trial.trial_id and step in r]
+        self.results.setdefault(trial.trial_id, {})[step] = value
+        if len(others) < self.min_trials:
+            return tune.schedulers.TrialScheduler.CONTINUE
+        median = float(np.median(others))
+        worse = value < median if self.maximize else value > median
+        return (tune.schedulers.TrialScheduler.STOP if worse
+                else tune.schedulers.TrialScheduler.CONTINUE)
+
+
 def stopper(args):
     """Early stopping that stops trials and never pauses one: a paused function trial restarts
     from scratch (no checkpoint), a new job reading its epochs again."""
     if args.stopper == "asha":  # stops half the trials at each rung
         return tune.schedulers.ASHAScheduler(max_t=args.epochs, grace_period=1, reduction_factor=2)
-    # examples/optuna_sweep.py's rule, optuna.pruners.MedianPruner(n_startup_trials=2): after an
-    # epoch, a trial below the median of the trials before it at that epoch stops.
-    return tune.schedulers.MedianStoppingRule(time_attr="training_iteration", grace_period=1,
-                                              min_samples_required=2, hard_stop=True)
+    return MedianStop(min_trials=2)  # examples/optuna_sweep.py's MedianPruner(n_startup_trials=2)
 
 
 def tune_sweep(args, test):
@@ -114,9 +142,7 @@ def tune_sweep(args, test):
         tune_config=tune.TuneConfig(
             metric="accuracy", mode="max", num_samples=args.trials,
             max_concurrent_trials=args.parallel, search_alg=OptunaSearch(seed=args.seed),
-            # A stopped trial's worker starts the next trial (no new process, no imports), so the
-            # next trial's job joins while the others still read what it can share.
-            reuse_actors=True,
+
             scheduler=stopper(args)),
         run_config=train.RunConfig(storage_path=str(args.work / "ray_results"),
                                    name="carpool-tune", verbose=0))
@@ -265,8 +291,8 @@ def parse_args():
     ap.add_argument("--subsets", choices=sorted(osw.SUBSET_SPACES), default="drop",
                     help="the class subsets trials pick from (examples/optuna_sweep.py)")
     ap.add_argument("--stopper", choices=("median", "asha"), default="median",
-                    help="early stopping: median (Optuna's MedianPruner, as examples/optuna_sweep.py) "
-                         "or asha (stops half the trials after each epoch)")
+                    help="early stopping: median (Optuna's MedianPruner, as "
+                         "examples/optuna_sweep.py) or asha (stops half the trials each epoch)")
     ap.add_argument("--address", help="a running Ray cluster ('auto' after `ray start --head`); "
                     "default: a local Ray started here with --parallel CPUs")
     ap.add_argument("--state-dir", type=pathlib.Path,
