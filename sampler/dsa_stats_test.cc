@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <random>
 #include <span>
@@ -434,27 +435,29 @@ TEST(DsaStatsTest, ResumedEpochsStayUniformOverRestartsAtRandomSteps) {
   ExpectEveryPositionUniform(counts);
 }
 
-// A scheduler gives back the tail of a job's queue when another job joins (Return): draws made
-// and then undone at cuts chosen by position only. Job 0's epochs, with draws going back at random
-// cuts beside a partner, still meet each id exactly once, every position uniform.
-TEST(DsaStatsTest, PermutationsStayUniformWhenTailsGoBack) {
+// Job 0's epochs over 8 ids beside a partner, with its drawn, undelivered queue cut at times and
+// the tail returned (Return), as a scheduler does when another job joins. `cut(queue, gen)` says
+// how many entries to keep. counts[k][x]: epochs whose position k held id x. Checks that every
+// epoch meets each id exactly once and that cuts gave draws back.
+std::vector<std::vector<uint64_t>> PositionsWithTailsGoingBack(
+    const std::function<size_t(const std::vector<uint32_t>&, std::mt19937_64&)>& cut) {
   constexpr uint32_t kIds = 8;
   constexpr int kEpochs = 4000;
   std::mt19937_64 gen(9090);
   SamplingTree tree(9091);
-  ASSERT_TRUE(tree.AddJob(0, Roaring::bitmapOf(8, 0, 1, 2, 3, 4, 5, 6, 7)).ok());
-  ASSERT_TRUE(tree.AddJob(1, RandomSubset(gen, 2 * kIds, 0.5) | Roaring::bitmapOf(1, 0)).ok());
+  EXPECT_TRUE(tree.AddJob(0, Roaring::bitmapOf(8, 0, 1, 2, 3, 4, 5, 6, 7)).ok());
+  EXPECT_TRUE(tree.AddJob(1, RandomSubset(gen, 2 * kIds, 0.5) | Roaring::bitmapOf(1, 0)).ok());
   std::vector<std::vector<uint64_t>> counts(kIds, std::vector<uint64_t>(kIds, 0));
   std::vector<uint32_t> queue, order;  // drawn, not delivered; delivered this epoch
   uint64_t returned = 0;
   std::vector<Assignment> out;
   for (int epoch = 0; epoch < kEpochs;) {
     const uint64_t step = gen() % 4;
-    if (step == 0 && !queue.empty()) {  // a cut at a position drawn without looking at the ids
-      const size_t keep = gen() % queue.size();
+    if (step == 0 && !queue.empty()) {
+      const size_t keep = std::min(queue.size(), cut(queue, gen));
       Roaring back;
       for (size_t i = keep; i < queue.size(); ++i) back.add(queue[i]);
-      ASSERT_TRUE(tree.Return(0, back).ok());
+      EXPECT_TRUE(tree.Return(0, back).ok());
       returned += queue.size() - keep;
       queue.resize(keep);
     } else if (step == 1 && !queue.empty()) {  // deliveries from the front
@@ -469,24 +472,44 @@ TEST(DsaStatsTest, PermutationsStayUniformWhenTailsGoBack) {
         if (std::find(a.jobs.begin(), a.jobs.end(), 0u) != a.jobs.end()) queue.push_back(a.sample);
       }
       if (tree.EpochDone(1)) {
-        ASSERT_TRUE(tree.ResetEpoch(1).ok());
+        EXPECT_TRUE(tree.ResetEpoch(1).ok());
       }
     }
     if (tree.EpochDone(0) && queue.empty()) {
-      ASSERT_EQ(order.size(), kIds);
+      EXPECT_EQ(order.size(), kIds);
       Roaring seen;
       for (uint32_t x : order) {
-        ASSERT_FALSE(seen.contains(x)) << "sample " << x << " twice in an epoch";
+        EXPECT_FALSE(seen.contains(x)) << "sample " << x << " twice in an epoch";
         seen.add(x);
       }
-      for (uint32_t k = 0; k < kIds; ++k) ++counts[k][order[k]];
+      for (uint32_t k = 0; k < kIds && k < order.size(); ++k) ++counts[k][order[k]];
       order.clear();
       ++epoch;
-      ASSERT_TRUE(tree.ResetEpoch(0).ok());
+      EXPECT_TRUE(tree.ResetEpoch(0).ok());
     }
   }
   EXPECT_GT(returned, uint64_t{kEpochs}) << "the cuts must give draws back";
-  ExpectEveryPositionUniform(counts);
+  return counts;
+}
+
+// Cuts at positions drawn without looking at the ids: every position stays uniform.
+TEST(DsaStatsTest, PermutationsStayUniformWhenTailsGoBack) {
+  ExpectEveryPositionUniform(PositionsWithTailsGoingBack(
+      [](const std::vector<uint32_t>& queue, std::mt19937_64& gen) {
+        return static_cast<size_t>(gen() % queue.size());
+      }));
+}
+
+// The negative control: a cut that looks at the ids (give back from id 0 on, when queued) makes
+// id 0 come late, and the same test sees it.
+TEST(DsaStatsTest, ACutChosenByTheIdsIsCaught) {
+  const std::vector<std::vector<uint64_t>> counts = PositionsWithTailsGoingBack(
+      [](const std::vector<uint32_t>& queue, std::mt19937_64&) {
+        const auto it = std::find(queue.begin(), queue.end(), 0u);
+        return static_cast<size_t>(it - queue.begin());  // the whole queue when 0 is absent
+      });
+  EXPECT_LT(ChiSquarePValue(PearsonUniform(counts[0]), 7), kFamilyAlpha / 8)
+      << "position 0 must be biased against id 0";
 }
 
 TEST(SamplingTreeReturnTest, RejectsSamplesOutsideTheDatasetOrStillInR) {

@@ -12,7 +12,8 @@
 //   over the clock; before the first measurement a job is assumed as fast as the measured jobs.
 // - Reference counts: (jobs whose R holds the sample) + (decided-queue entries holding it). Every
 //   change goes to a RefCountSink: AddJob +1 per id, a decision 0 (R -> queue), a delivery -1, an
-//   epoch reset +1 per id, RemoveJob -1 per id left in R and per queue entry.
+//   epoch reset +1 per id, RemoveJob -1 per id left in R and per queue entry, a tail given back
+//   at a join 0 (queue -> R; its decided count -1).
 // - Next use (cache::NextUseOracle, the simulator's live oracle): min over jobs of (position in
 //   its queue) / (its rate), and for a job that has not decided the sample yet, its expected
 //   position (uniform over R, or over the next epoch) / its rate. The server's cache gets each

@@ -94,7 +94,18 @@ TEST(SchedulerTest, RefCountsMatchRecountUnderRandomOperations) {
       if (kind == 0 || jobs.empty()) {
         ASSERT_TRUE(AddRandomJob(s, gen, next_id++, 60, 40, 3, now));
         const uint64_t keep = gen() % 4;  // the others give back all but `keep` of their queues
+        std::map<JobId, std::vector<Decision>> fronts;  // what the engine may be building
+        for (JobId j : s.Jobs()) {
+          const auto& q = *s.Queue(j);
+          fronts[j].assign(q.begin(), q.begin() + static_cast<ptrdiff_t>(std::min<size_t>(
+                                                     keep, q.size())));
+        }
         s.UndecideTails(next_id - 1, [keep](JobId) { return keep; });
+        for (auto& [j, front] : fronts) {
+          const auto& q = *s.Queue(j);
+          ASSERT_GE(q.size(), front.size()) << "job " << j << " lost part of its kept front";
+          ASSERT_TRUE(std::equal(front.begin(), front.end(), q.begin())) << "job " << j;
+        }
       } else if (kind == 1) {
         ASSERT_TRUE(s.RemoveJob(jobs[gen() % jobs.size()]).ok());
       } else if (kind < 5) {
@@ -264,6 +275,35 @@ TEST(SchedulerTest, JoiningJobsShareWhatTheRunningOnesDecidedAhead) {
   // The kept front batch, and the few samples the last job draws that the first took before.
   EXPECT_LE(with, 2.0 * kBatch) << "the four queues line up within about the kept front batch";
   EXPECT_GE(without, 4.0 * kBatch) << "without giving back, the first job ran ahead alone";
+}
+
+// A queue that runs into the next epoch gives back only that epoch's entries (its R is the one in
+// the tree); the earlier epoch's stay, even past `keep`. With pacing off nothing goes back.
+TEST(SchedulerTest, UndecideTailsGivesBackOnlyTheEpochInTheTree) {
+  CountingSink sink;
+  Scheduler s(Opts(64), &sink);
+  ASSERT_TRUE(s.AddJob(1, Range(0, 10), 2, 15, 0).ok());
+  s.Tick(0);
+  ASSERT_EQ(s.Queue(1)->size(), 15u);
+  ASSERT_EQ(s.Queue(1)->back().epoch, 1u);
+  ASSERT_EQ(s.tree().Remaining(1), 5u);
+  ASSERT_TRUE(s.AddJob(2, Range(0, 10), 1, 4, 0).ok());
+  EXPECT_EQ(s.UndecideTails(2, [](JobId) { return uint64_t{0}; }), 5u);
+  ASSERT_EQ(s.Queue(1)->size(), 10u) << "epoch 0's entries stay";
+  for (const Decision& d : *s.Queue(1)) EXPECT_EQ(d.epoch, 0u);
+  EXPECT_EQ(s.tree().Remaining(1), 10u) << "epoch 1's R is whole again";
+  EXPECT_EQ(sink.counts, Recount(s));
+  EXPECT_EQ(sink.decided, RecountDecided(s));
+  EXPECT_EQ(s.UndecideTails(2, [](JobId) { return uint64_t{0}; }), 0u) << "nothing left to give";
+
+  SchedulerOptions off = Opts(64);
+  off.pacing = false;
+  Scheduler t(off, nullptr);
+  ASSERT_TRUE(t.AddJob(1, Range(0, 10), 1, 8, 0).ok());
+  t.Tick(0);
+  ASSERT_TRUE(t.AddJob(2, Range(0, 10), 1, 8, 0).ok());
+  EXPECT_EQ(t.UndecideTails(2, [](JobId) { return uint64_t{0}; }), 0u) << "pacing off";
+  EXPECT_EQ(t.Queue(1)->size(), 8u);
 }
 
 // A Tick past its deadline runs one round and says it stopped short; later Ticks finish the
