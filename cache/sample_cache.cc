@@ -204,6 +204,11 @@ Status SampleCache::Abort(uint32_t sample) {
 
 Status SampleCache::Pin(uint32_t sample) {
   MutexLock lock(mu_);
+  if (pending_.count(sample) > 0) {
+    return Status::FailedPrecondition(fmt::format(
+        "sample {} is being written (its slot is not committed); pin it once it is cached",
+        sample));
+  }
   return index_.Pin(sample);
 }
 

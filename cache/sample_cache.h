@@ -79,7 +79,9 @@ class SampleCache {
   // Frees a pending slot (preparation failed). NotFound if `sample` is not pending.
   Status Abort(uint32_t sample);
 
-  // Pinned samples are never evicted. NotFound if not cached.
+  // Pinned samples are never evicted. NotFound if not cached; FailedPrecondition while its slot is
+  // pending (being written: a reader that looked it up committed may meet it evicted and
+  // allocated again before its Pin, and must not pin bytes not yet there).
   Status Pin(uint32_t sample);
   Status Unpin(uint32_t sample);
   // The bytes of a committed, pinned sample, for the server's own readers (batch assembly).

@@ -61,6 +61,7 @@ TEST(SampleCacheTest, AllocateCommitLookupRead) {
   ASSERT_TRUE(a.ok());
   EXPECT_TRUE(cache->Pending(7));
   EXPECT_FALSE(cache->Lookup(7).has_value());  // pending: neither hit nor miss
+  EXPECT_EQ(cache->Pin(7).code(), StatusCode::kFailedPrecondition) << "a pending slot: no pin";
   EXPECT_EQ(cache->Allocate(7, 3000).status().code(), StatusCode::kAlreadyExists);
   Fill(a->data, 7);
   Result<SlotRef> ref = cache->Commit(7);
