@@ -87,6 +87,19 @@ Result<PinnedHostBuffer> Pin(const std::vector<std::vector<uint8_t>>& jpegs,
   return pinned;
 }
 
+// Targets for `batch` of the held JPEGs from `first` (wrapping around), decoded side by side
+// into `out`.
+std::vector<DecodeTarget> BatchTargets(const std::vector<std::span<const uint8_t>>& held,
+                                       size_t first, size_t batch, const PreparedShape& shape,
+                                       const DeviceBuffer& out) {
+  std::vector<DecodeTarget> targets;
+  for (size_t i = 0; i < batch; ++i) {
+    targets.push_back({i, held[(first + i) % held.size()], shape,
+                       static_cast<uint8_t*>(out.data()) + i * shape.bytes()});
+  }
+  return targets;
+}
+
 // The server's path: BatchDecoder (header parse, nvJPEG, the exact resize to 224x224) on batches
 // of JPEGs in pinned memory, as the registered cache holds them; its phases' wall time.
 int ServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t batch, size_t rounds,
@@ -106,11 +119,7 @@ int ServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t batch, siz
     DecodeCounts counts;
     const auto begin = Clock::now();
     for (size_t first = 0; first + batch <= held.size(); first += batch) {
-      std::vector<DecodeTarget> targets;
-      for (size_t i = 0; i < batch; ++i) {
-        targets.push_back({i, held[first + i], shape,
-                           static_cast<uint8_t*>(out->data()) + i * shape.bytes()});
-      }
+      const std::vector<DecodeTarget> targets = BatchTargets(held, first, batch, shape, *out);
       std::vector<std::pair<size_t, Status>> failed;
       if (Status s = decoder.Decode(*spec, targets, stream, &failed, &counts); !s.ok()) {
         std::printf("BatchDecoder failed: %s\n", s.ToString().c_str());
@@ -169,11 +178,7 @@ int ConcurrentServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t 
       for (size_t first = t * batch % held.size();
            std::chrono::duration<double>(Clock::now() - begin).count() < seconds;
            first = (first + batch) % (held.size() / batch * batch)) {
-        std::vector<DecodeTarget> targets;
-        for (size_t i = 0; i < batch; ++i) {
-          targets.push_back({i, held[(first + i) % held.size()], shape,
-                             static_cast<uint8_t*>(out->data()) + i * shape.bytes()});
-        }
+        const std::vector<DecodeTarget> targets = BatchTargets(held, first, batch, shape, *out);
         std::vector<std::pair<size_t, Status>> failed;
         if (!decoder.Decode(*spec, targets, stream->get(), &failed, &counts).ok() ||
             !stream->Synchronize().ok()) {
