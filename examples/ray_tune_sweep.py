@@ -91,16 +91,21 @@ def drained(nodes, wait=10.0):
 
 
 class MedianStop(tune.schedulers.FIFOScheduler):
-    """Optuna's MedianPruner(n_startup_trials=2) as a Tune scheduler: after an epoch, a trial
-    worse than the median of the other trials' results at that epoch (at least `min_trials` of
-    them) stops. It never pauses a trial, which Tune's MedianStoppingRule does while it has too
-    few results to compare (a paused function trial restarts as a second job)."""
+    """Optuna's MedianPruner(n_startup_trials=2) as a Tune scheduler, rule for rule: nothing stops
+    until `min_trials` trials have completed; then, after an epoch other than the last, a trial
+    whose best result so far is worse than the median of the *completed* trials' results at that
+    epoch stops (running and stopped trials are not compared against, as Optuna compares only
+    COMPLETE trials). It never pauses a trial, which Tune's MedianStoppingRule does while it has
+    too few results to compare (a paused function trial restarts as a second job)."""
 
-    def __init__(self, min_trials=2):
+    def __init__(self, min_trials=2, epochs=None):
         super().__init__()
         self.min_trials = min_trials
+        self.epochs = epochs  # the last epoch completes, never stops (Optuna's example's rule)
         self.maximize = True
-        self.results = {}  # trial id -> {epoch: metric}
+        self.results = {}     # trial id -> {epoch: metric}
+        self.completed = {}   # the same, for the trials that ran to their end
+        self.stopped = set()  # Tune calls on_trial_complete for the trials it stops too
 
     def set_search_properties(self, metric, mode, **spec):
         if mode:
@@ -111,14 +116,23 @@ class MedianStop(tune.schedulers.FIFOScheduler):
         if self.metric not in result:
             return tune.schedulers.TrialScheduler.CONTINUE
         step, value = result["training_iteration"], result[self.metric]
-        others = [r[step] for t, r in self.results.items() if t != trial.trial_id and step in r]
-        self.results.setdefault(trial.trial_id, {})[step] = value
-        if len(others) < self.min_trials:
+        mine = self.results.setdefault(trial.trial_id, {})
+        mine[step] = value
+        others = [r[step] for r in self.completed.values() if step in r]
+        last = self.epochs is not None and step >= self.epochs
+        if last or len(self.completed) < self.min_trials or not others:
             return tune.schedulers.TrialScheduler.CONTINUE
+        best = max(mine.values()) if self.maximize else min(mine.values())
         median = float(np.median(others))
-        worse = value < median if self.maximize else value > median
-        return (tune.schedulers.TrialScheduler.STOP if worse
-                else tune.schedulers.TrialScheduler.CONTINUE)
+        if (best < median) if self.maximize else (best > median):
+            self.stopped.add(trial.trial_id)
+            return tune.schedulers.TrialScheduler.STOP
+        return tune.schedulers.TrialScheduler.CONTINUE
+
+    def on_trial_complete(self, tune_controller, trial, result):
+        if trial.trial_id not in self.stopped and trial.trial_id in self.results:
+            self.completed[trial.trial_id] = self.results[trial.trial_id]
+        super().on_trial_complete(tune_controller, trial, result)
 
 
 def stopper(args):
@@ -126,7 +140,7 @@ def stopper(args):
     from scratch (no checkpoint), a new job reading its epochs again."""
     if args.stopper == "asha":  # stops half the trials at each rung
         return tune.schedulers.ASHAScheduler(max_t=args.epochs, grace_period=1, reduction_factor=2)
-    return MedianStop(min_trials=2)  # examples/optuna_sweep.py's MedianPruner(n_startup_trials=2)
+    return MedianStop(min_trials=2, epochs=args.epochs)  # optuna_sweep.py's MedianPruner(2)
 
 
 def tune_sweep(args, test):

@@ -2,9 +2,16 @@
 --window seconds for --seconds: run it beside a decode benchmark to see what each costs the other.
 
     python3 -m bench.gpu.train_beside --seconds 40 --window 5 &
+
+--decode-in-process LIB runs carpool_jpeg_decode_bench's variant rows inside this process instead
+(LIB is libcarpool_decode_probe.so), on a thread, in this process's CUDA context: a decode that
+shares the trainer's context, against the same decode from another process, which the GPU
+time-slices with it (docs/benchmarks.md, issue 23).
 """
 
 import argparse
+import ctypes
+import threading
 import time
 
 import torch
@@ -13,11 +20,35 @@ from bench.common import CROP
 from bench.gpu.sides import make_model, make_step
 
 
+def decode_rows(lib_path, variants, start_after, seconds, gap, images):
+    """Runs each variant after `gap` seconds, from `start_after` seconds on, printing its row."""
+    lib = ctypes.CDLL(lib_path)
+    lib.carpool_decode_probe.restype = ctypes.c_int
+    lib.carpool_decode_probe.argtypes = [ctypes.c_char_p, ctypes.c_double, ctypes.c_int,
+                                         ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    time.sleep(start_after)
+    for v in variants:
+        time.sleep(gap)
+        out = ctypes.create_string_buffer(1024)
+        # ctypes lets go of the GIL for the call: the training loop runs on meanwhile.
+        rc = lib.carpool_decode_probe(v.encode(), seconds, images, 256, out, len(out))
+        print(f"in-process {out.value.decode()}" + ("" if rc == 0 else f" (rc {rc})"), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=40)
     ap.add_argument("--window", type=float, default=5)
     ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--decode-in-process", metavar="LIB",
+                    help="libcarpool_decode_probe.so: decode rows on a thread of this process")
+    ap.add_argument("--decode-variants", default="hardware,gpu-hybrid",
+                    help="as carpool_jpeg_decode_bench --variants")
+    ap.add_argument("--decode-start", type=float, default=5,
+                    help="seconds of training alone before the first row")
+    ap.add_argument("--decode-seconds", type=float, default=6)
+    ap.add_argument("--decode-gap", type=float, default=3)
+    ap.add_argument("--decode-images", type=int, default=512)
     args = ap.parse_args()
     dev = torch.device("cuda:0")
     torch.backends.cudnn.benchmark = True
@@ -29,11 +60,17 @@ def main():
     for _ in range(5):
         step(x, y)
     torch.cuda.synchronize()
+    if args.decode_in_process:
+        threading.Thread(target=decode_rows, daemon=True,
+                         args=(args.decode_in_process, args.decode_variants.split(","),
+                               args.decode_start, args.decode_seconds, args.decode_gap,
+                               args.decode_images)).start()
     start = window_start = time.monotonic()
     images = 0
+    stream = torch.cuda.current_stream()
     while time.monotonic() - start < args.seconds:
         step(x, y)
-        torch.cuda.synchronize()
+        stream.synchronize()  # the training stream only: not a decode thread's stream too
         images += b
         now = time.monotonic()
         if now - window_start >= args.window:

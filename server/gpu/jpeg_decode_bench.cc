@@ -2,12 +2,14 @@
 // hardware backend (the JPEG engines), its GPU-hybrid backend, and libjpeg-turbo on the CPU
 // (one thread, and every core), on synthetic 500x375 quality-90 photos like the bench set's.
 //   carpool_jpeg_decode_bench [--images N] [--batch B] [--rounds R] [--threads K] [--seconds S]
-//                             [--backend hardware|gpu-hybrid]
+//                             [--backend hardware|gpu-hybrid] [--variants V,V,... [--gap S]]
 // --threads K (K >= 2) adds rows of 1, 2, 4, ... up to K threads, each thread with its own
 // decoder (--backend, default hardware where the GPU has engines) and stream, running the
 // server's path at once for S seconds (default 10): whether concurrent builds overlap their
 // decodes, alone or beside another process's training. Each such row gives its start and end
-// (Unix seconds) to line it up with what runs beside it.
+// (Unix seconds) to line it up with what runs beside it. --variants runs only nvJPEG (no resize)
+// in each variant ("hardware+pools+prealloc", "gpu-hybrid+nv12": backend, memory pools, buffers
+// pre-allocated, output format) for S seconds, G seconds apart (--gap, default 3).
 #include <turbojpeg.h>
 
 #include <algorithm>
@@ -24,35 +26,13 @@
 #include "server/gpu/batch_decoder.h"
 #include "server/gpu/cuda_check.h"
 #include "server/gpu/device_probe.h"
+#include "server/gpu/jpeg_bench_rows.h"
 #include "server/gpu/jpeg_decoder.h"
 
 namespace carpool::gpu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::vector<uint8_t> NoisyPhotoJpeg(int w, int h, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> noise(0, 18);
-  std::vector<uint8_t> rgb(size_t(w) * h * 3);
-  for (int y = 0; y < h; ++y) {
-    for (int x = 0; x < w; ++x) {
-      const float base[3] = {255.f * x / w, 255.f * y / h, 128.f};
-      for (int c = 0; c < 3; ++c) {
-        rgb[(size_t(y) * w + x) * 3 + c] =
-            static_cast<uint8_t>(std::clamp(base[c] + noise(rng), 0.f, 255.f));
-      }
-    }
-  }
-  tjhandle tj = tjInitCompress();
-  unsigned char* jpeg = nullptr;
-  unsigned long size = 0;
-  tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &jpeg, &size, TJSAMP_420, 90, 0);
-  std::vector<uint8_t> out(jpeg, jpeg + size);
-  tjFree(jpeg);
-  tjDestroy(tj);
-  return out;
-}
 
 double CpuRate(const std::vector<std::vector<uint8_t>>& jpegs, int w, int h, unsigned threads) {
   const auto begin = Clock::now();
@@ -69,22 +49,6 @@ double CpuRate(const std::vector<std::vector<uint8_t>>& jpegs, int w, int h, uns
   }
   for (auto& th : pool) th.join();
   return double(jpegs.size()) / std::chrono::duration<double>(Clock::now() - begin).count();
-}
-
-// The JPEGs copied into pinned memory, as the registered cache holds them; `held` views them.
-Result<PinnedHostBuffer> Pin(const std::vector<std::vector<uint8_t>>& jpegs,
-                             std::vector<std::span<const uint8_t>>* held) {
-  size_t total = 0;
-  for (const auto& j : jpegs) total += j.size();
-  Result<PinnedHostBuffer> pinned = PinnedHostBuffer::Allocate(total);
-  if (!pinned.ok()) return pinned;
-  auto* at = static_cast<uint8_t*>(pinned->data());
-  for (const auto& j : jpegs) {
-    std::memcpy(at, j.data(), j.size());
-    held->emplace_back(at, j.size());
-    at += j.size();
-  }
-  return pinned;
 }
 
 // Targets for `batch` of the held JPEGs from `first` (wrapping around), decoded side by side
@@ -139,11 +103,6 @@ int ServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t batch, siz
               decoder.backend().c_str(), best, phases.inspect_s, phases.decode_s,
               phases.resize_s, phases.cpu_s, phases.wait_s);
   return 0;
-}
-
-double UnixSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 // K threads at once, each with its own BatchDecoder, stream and outputs, decoding batches of the
@@ -217,7 +176,8 @@ int ConcurrentServerPath(const std::vector<std::vector<uint8_t>>& jpegs, size_t 
 int Run(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it comes, beside another process too
   size_t images = 2048, batch = 256, rounds = 3, threads = 1;
-  double seconds = 10;
+  double seconds = 10, gap = 3;
+  std::vector<Variant> variants;
   JpegBackend backend = JpegBackend::kHardware;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -227,6 +187,20 @@ int Run(int argc, char** argv) {
     else if (flag == "--rounds") rounds = value;
     else if (flag == "--threads") threads = value;
     else if (flag == "--seconds") seconds = std::strtod(argv[i + 1], nullptr);
+    else if (flag == "--gap") gap = std::strtod(argv[i + 1], nullptr);
+    else if (flag == "--variants") {
+      const std::string list = argv[i + 1];
+      for (size_t at = 0; at < list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        Result<Variant> parsed = ParseVariant(list.substr(at, comma - at));
+        if (!parsed.ok()) {
+          std::fprintf(stderr, "--variants: %s\n", parsed.status().message().c_str());
+          return 2;
+        }
+        variants.push_back(*parsed);
+        at = comma + 1;
+      }
+    }
     else if (flag == "--backend") {
       const std::string name = argv[i + 1];
       if (name != "hardware" && name != "gpu-hybrid") {
@@ -250,6 +224,19 @@ int Run(int argc, char** argv) {
   }
   std::printf("%zu JPEGs 500x375 q90 4:2:0, mean %.1f KiB; batch %zu, best of %zu rounds\n", images,
               double(encoded_bytes) / images / 1024, batch, rounds);
+  if (!variants.empty()) {  // only the variants, one after another with a pause between
+    if (CudaDeviceCount() == 0) {
+      std::printf("no CUDA device: GPU rows skipped\n");
+      return 0;
+    }
+    for (const Variant& v : variants) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(gap));
+      Result<std::string> row = VariantRow(jpegs, w, h, batch, seconds, v);
+      std::printf("%s\n", row.ok() ? row->c_str() : row.status().ToString().c_str());
+      if (!row.ok()) return 1;
+    }
+    return 0;
+  }
   const double cpu1 = CpuRate(jpegs, w, h, 1);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const double cpun = CpuRate(jpegs, w, h, cores);

@@ -17,18 +17,27 @@ const char* JpegBackendName(JpegBackend backend) {
   return backend == JpegBackend::kHardware ? "hardware" : "gpu-hybrid";
 }
 
+const char* JpegOutputName(JpegOutput output) {
+  switch (output) {
+    case JpegOutput::kRgbInterleaved: return "rgbi";
+    case JpegOutput::kYuvPlanar: return "yuv";
+    case JpegOutput::kNv12: return "nv12";
+  }
+  return "unknown";
+}
+
 #ifndef CARPOOL_HAVE_NVJPEG
 
 struct JpegDecoder::Impl {};
 
-Result<std::unique_ptr<JpegDecoder>> JpegDecoder::Create(uint32_t, JpegBackend) {
+Result<std::unique_ptr<JpegDecoder>> JpegDecoder::Create(uint32_t, const JpegDecoderOptions&) {
   return Status::Unavailable(
       "this carpool was built without nvJPEG (scripts/fetch_nvjpeg.sh could not fetch it at "
       "configure time); GPU decode is off and the CPU decodes");
 }
 JpegFacts JpegDecoder::Inspect(std::span<const uint8_t>) { return {false, 0, 0, 0, "no nvJPEG"}; }
-Status JpegDecoder::DecodeBatch(std::span<const std::span<const uint8_t>>, std::span<uint8_t* const>,
-                                std::span<const uint32_t>, cudaStream_t) {
+Status JpegDecoder::DecodePlanes(std::span<const std::span<const uint8_t>>,
+                                 std::span<const JpegPlanes>, JpegOutput, cudaStream_t) {
   return Status::Unavailable("this carpool was built without nvJPEG");
 }
 
@@ -52,6 +61,7 @@ struct NvjpegApi {
   decltype(&nvjpegDecodeBatchedSupported) batched_supported = nullptr;
   decltype(&nvjpegDecodeBatchedInitialize) batched_initialize = nullptr;
   decltype(&nvjpegDecodeBatched) decode_batched = nullptr;
+  decltype(&nvjpegDecodeBatchedPreAllocate) batched_preallocate = nullptr;
 };
 
 constexpr const char* kLibrary = "libnvjpeg.so.13";
@@ -87,6 +97,7 @@ Result<const NvjpegApi*> LoadApi() {
     bind(api.batched_supported, "nvjpegDecodeBatchedSupported");
     bind(api.batched_initialize, "nvjpegDecodeBatchedInitialize");
     bind(api.decode_batched, "nvjpegDecodeBatched");
+    bind(api.batched_preallocate, "nvjpegDecodeBatchedPreAllocate");
   });
   if (!error.empty()) return Status::Unavailable(error);
   return &api;
@@ -118,6 +129,7 @@ struct JpegDecoder::Impl {
   nvjpegJpegState_t state = nullptr;
   nvjpegJpegStream_t parsed = nullptr;
   int initialized_batch = 0;  // the batch size the state was initialized for; 0: none yet
+  nvjpegOutputFormat_t initialized_format = NVJPEG_OUTPUT_RGBI;
 
   ~Impl() {
     if (parsed != nullptr) api->stream_destroy(parsed);
@@ -129,21 +141,32 @@ struct JpegDecoder::Impl {
 JpegDecoder::JpegDecoder(std::unique_ptr<Impl> impl, JpegBackend backend, uint32_t max_batch)
     : impl_(std::move(impl)), backend_(backend), max_batch_(max_batch) {}
 
-Result<std::unique_ptr<JpegDecoder>> JpegDecoder::Create(uint32_t max_batch, JpegBackend prefer) {
+static nvjpegOutputFormat_t NvjpegFormat(JpegOutput output) {
+  switch (output) {
+    case JpegOutput::kRgbInterleaved: return NVJPEG_OUTPUT_RGBI;
+    case JpegOutput::kYuvPlanar: return NVJPEG_OUTPUT_YUV;
+    case JpegOutput::kNv12: return NVJPEG_OUTPUT_NV12;
+  }
+  return NVJPEG_OUTPUT_RGBI;
+}
+
+Result<std::unique_ptr<JpegDecoder>> JpegDecoder::Create(uint32_t max_batch,
+                                                         const JpegDecoderOptions& options) {
   if (max_batch == 0) return Status::InvalidArgument("a JPEG decoder needs a batch of at least 1");
   Result<const NvjpegApi*> api = LoadApi();
   if (!api.ok()) return api.status();
   auto impl = std::make_unique<Impl>();
   impl->api = *api;
-  JpegBackend backend = prefer;
+  JpegBackend backend = options.prefer;
+  const unsigned flags = options.memory_pools ? NVJPEG_FLAGS_ENABLE_MEMORY_POOLS : 0;
   nvjpegStatus_t s = NVJPEG_STATUS_NOT_INITIALIZED;
-  if (prefer == JpegBackend::kHardware) {
-    s = impl->api->create_ex(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &impl->handle);
+  if (options.prefer == JpegBackend::kHardware) {
+    s = impl->api->create_ex(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, flags, &impl->handle);
   }
   if (s != NVJPEG_STATUS_SUCCESS) {  // no JPEG engines on this GPU (or not asked for)
     impl->handle = nullptr;
     backend = JpegBackend::kGpuHybrid;
-    s = impl->api->create_ex(NVJPEG_BACKEND_GPU_HYBRID, nullptr, nullptr, 0, &impl->handle);
+    s = impl->api->create_ex(NVJPEG_BACKEND_GPU_HYBRID, nullptr, nullptr, flags, &impl->handle);
     if (s != NVJPEG_STATUS_SUCCESS) {
       impl->handle = nullptr;
       return Status::Unavailable(
@@ -153,6 +176,18 @@ Result<std::unique_ptr<JpegDecoder>> JpegDecoder::Create(uint32_t max_batch, Jpe
   if ((s = impl->api->state_create(impl->handle, &impl->state)) != NVJPEG_STATUS_SUCCESS ||
       (s = impl->api->stream_create(impl->handle, &impl->parsed)) != NVJPEG_STATUS_SUCCESS) {
     return Status::Unavailable(fmt::format("nvJPEG state: {}", StatusName(s)));
+  }
+  if (backend == JpegBackend::kHardware && options.preallocate_width > 0 &&
+      options.preallocate_height > 0) {
+    s = impl->api->batched_preallocate(impl->handle, impl->state, static_cast<int>(max_batch),
+                                       static_cast<int>(options.preallocate_width),
+                                       static_cast<int>(options.preallocate_height),
+                                       NVJPEG_CSS_420, NVJPEG_OUTPUT_RGBI);
+    if (s != NVJPEG_STATUS_SUCCESS) {
+      return Status::Unavailable(fmt::format("nvjpegDecodeBatchedPreAllocate({}, {}x{}): {}",
+                                             max_batch, options.preallocate_width,
+                                             options.preallocate_height, StatusName(s)));
+    }
   }
   return std::unique_ptr<JpegDecoder>(new JpegDecoder(std::move(impl), backend, max_batch));
 }
@@ -201,27 +236,28 @@ JpegFacts JpegDecoder::Inspect(std::span<const uint8_t> encoded) {
   return f;
 }
 
-Status JpegDecoder::DecodeBatch(std::span<const std::span<const uint8_t>> encoded,
-                                std::span<uint8_t* const> out, std::span<const uint32_t> pitch,
-                                cudaStream_t stream) {
+Status JpegDecoder::DecodePlanes(std::span<const std::span<const uint8_t>> encoded,
+                                 std::span<const JpegPlanes> out, JpegOutput format,
+                                 cudaStream_t stream) {
   const size_t n = encoded.size();
   if (n == 0) return Status::OK();
-  if (n > max_batch_ || out.size() != n || pitch.size() != n) {
+  if (n > max_batch_ || out.size() != n) {
     return Status::InvalidArgument(fmt::format(
-        "a batch of {} JPEGs with {} outputs and {} pitches, for a decoder of batch {}", n,
-        out.size(), pitch.size(), max_batch_));
+        "a batch of {} JPEGs with {} outputs, for a decoder of batch {}", n, out.size(),
+        max_batch_));
   }
   const NvjpegApi& api = *impl_->api;
+  const nvjpegOutputFormat_t nv_format = NvjpegFormat(format);
   nvjpegStatus_t s = NVJPEG_STATUS_SUCCESS;
-  if (impl_->initialized_batch != static_cast<int>(n)) {
-    s = api.batched_initialize(impl_->handle, impl_->state, static_cast<int>(n), 1,
-                               NVJPEG_OUTPUT_RGBI);
+  if (impl_->initialized_batch != static_cast<int>(n) || impl_->initialized_format != nv_format) {
+    s = api.batched_initialize(impl_->handle, impl_->state, static_cast<int>(n), 1, nv_format);
     if (s != NVJPEG_STATUS_SUCCESS) {
       impl_->initialized_batch = 0;
-      return Status::Internal(fmt::format("nvjpegDecodeBatchedInitialize({}): {}", n,
-                                          StatusName(s)));
+      return Status::Internal(fmt::format("nvjpegDecodeBatchedInitialize({}, {}): {}", n,
+                                          JpegOutputName(format), StatusName(s)));
     }
     impl_->initialized_batch = static_cast<int>(n);
+    impl_->initialized_format = nv_format;
   }
   std::vector<const unsigned char*> data(n);
   std::vector<size_t> lengths(n);
@@ -230,8 +266,10 @@ Status JpegDecoder::DecodeBatch(std::span<const std::span<const uint8_t>> encode
     data[i] = encoded[i].data();
     lengths[i] = encoded[i].size();
     images[i] = nvjpegImage_t{};
-    images[i].channel[0] = out[i];
-    images[i].pitch[0] = pitch[i];
+    for (int c = 0; c < 3; ++c) {
+      images[i].channel[c] = out[i].data[c];
+      images[i].pitch[c] = out[i].pitch[c];
+    }
   }
   s = api.decode_batched(impl_->handle, impl_->state, data.data(), lengths.data(), images.data(),
                          stream);
@@ -245,5 +283,26 @@ Status JpegDecoder::DecodeBatch(std::span<const std::span<const uint8_t>> encode
 #endif  // CARPOOL_HAVE_NVJPEG
 
 JpegDecoder::~JpegDecoder() = default;
+
+Result<std::unique_ptr<JpegDecoder>> JpegDecoder::Create(uint32_t max_batch, JpegBackend prefer) {
+  JpegDecoderOptions options;
+  options.prefer = prefer;
+  return Create(max_batch, options);
+}
+
+Status JpegDecoder::DecodeBatch(std::span<const std::span<const uint8_t>> encoded,
+                                std::span<uint8_t* const> out, std::span<const uint32_t> pitch,
+                                cudaStream_t stream) {
+  if (out.size() != encoded.size() || pitch.size() != encoded.size()) {
+    return Status::InvalidArgument(fmt::format("a batch of {} JPEGs with {} outputs and {} pitches",
+                                               encoded.size(), out.size(), pitch.size()));
+  }
+  std::vector<JpegPlanes> planes(encoded.size());
+  for (size_t i = 0; i < encoded.size(); ++i) {
+    planes[i].data[0] = out[i];
+    planes[i].pitch[0] = pitch[i];
+  }
+  return DecodePlanes(encoded, planes, JpegOutput::kRgbInterleaved, stream);
+}
 
 }  // namespace carpool::gpu

@@ -25,6 +25,25 @@ namespace carpool::gpu {
 enum class JpegBackend { kHardware, kGpuHybrid };
 const char* JpegBackendName(JpegBackend backend);
 
+// How nvJPEG runs: the backend to prefer, its memory pools, and a pre-allocation of its
+// internal buffers for batches of images of about this size (0: none).
+struct JpegDecoderOptions {
+  JpegBackend prefer = JpegBackend::kHardware;
+  bool memory_pools = false;  // NVJPEG_FLAGS_ENABLE_MEMORY_POOLS
+  uint32_t preallocate_width = 0, preallocate_height = 0;
+};
+
+// What DecodePlanes writes: interleaved RGB in plane 0, planar Y/Cb/Cr at the stream's own
+// chroma sub-sampling, or NV12 (Y in plane 0, interleaved CbCr at half height in plane 1).
+enum class JpegOutput { kRgbInterleaved, kYuvPlanar, kNv12 };
+const char* JpegOutputName(JpegOutput output);
+
+// Up to three output planes on the device, each with its row pitch in bytes.
+struct JpegPlanes {
+  uint8_t* data[3] = {nullptr, nullptr, nullptr};
+  uint32_t pitch[3] = {0, 0, 0};
+};
+
 // What the header says, and whether this decoder can take the stream; `why` names what it
 // cannot (progressive, lossless, CMYK, a sub-sampling the engines lack, not a JPEG at all).
 struct JpegFacts {
@@ -39,6 +58,8 @@ class JpegDecoder {
   // library (or the build) when nvJPEG cannot be used; `prefer` kGpuHybrid skips the engines.
   static Result<std::unique_ptr<JpegDecoder>> Create(uint32_t max_batch,
                                                      JpegBackend prefer = JpegBackend::kHardware);
+  static Result<std::unique_ptr<JpegDecoder>> Create(uint32_t max_batch,
+                                                     const JpegDecoderOptions& options);
   ~JpegDecoder();
   JpegDecoder(const JpegDecoder&) = delete;
   JpegDecoder& operator=(const JpegDecoder&) = delete;
@@ -55,6 +76,10 @@ class JpegDecoder {
   Status DecodeBatch(std::span<const std::span<const uint8_t>> encoded,
                      std::span<uint8_t* const> out, std::span<const uint32_t> pitch,
                      cudaStream_t stream);
+  // DecodeBatch's general form: `out[i]`'s planes in `format` (a change of format re-initializes
+  // nvJPEG's batched state, as a change of batch size does).
+  Status DecodePlanes(std::span<const std::span<const uint8_t>> encoded,
+                      std::span<const JpegPlanes> out, JpegOutput format, cudaStream_t stream);
 
  private:
   struct Impl;

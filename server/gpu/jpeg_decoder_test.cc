@@ -171,6 +171,57 @@ TEST_F(JpegDecoderTest, PixelsMatchLibjpegTurboWithinTheDocumentedTolerance) {
   }
 }
 
+// The bench's tuning variants (docs/benchmarks.md, issue 23): memory pools and a pre-allocation
+// change no pixel, and the planar and NV12 outputs carry the same luma.
+TEST_F(JpegDecoderTest, TuningChangesNoPixelAndTheYuvOutputsAgreeOnLuma) {
+  const int w = 200, h = 150;
+  std::vector<std::vector<uint8_t>> jpegs;
+  for (uint32_t i = 0; i < 4; ++i) jpegs.push_back(Encode(Photo(w, h, 20 + i), w, h));
+  JpegDecoderOptions tuned;
+  tuned.prefer = decoder_->backend();
+  tuned.memory_pools = true;
+  tuned.preallocate_width = tuned.preallocate_height = 1;
+  Result<std::unique_ptr<JpegDecoder>> d = JpegDecoder::Create(8, tuned);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  Result<std::vector<std::vector<uint8_t>>> plain = DecodeOnGpu(jpegs, w, h);
+  Result<std::vector<std::vector<uint8_t>>> pooled = DecodeOnGpu(**d, jpegs, w, h);
+  ASSERT_TRUE(plain.ok() && pooled.ok());
+  EXPECT_EQ(*plain, *pooled);
+  // Luma of each image in planar YUV and in NV12, from the tuned decoder after its RGB batch.
+  const size_t plane = size_t(w) * h;
+  Result<DeviceBuffer> out = DeviceBuffer::Allocate(plane * 3 * jpegs.size() * 2);
+  ASSERT_TRUE(out.ok());
+  std::vector<std::span<const uint8_t>> encoded(jpegs.begin(), jpegs.end());
+  std::vector<std::vector<uint8_t>> luma[2];
+  for (int k = 0; k < 2; ++k) {
+    std::vector<JpegPlanes> planes(jpegs.size());
+    for (size_t i = 0; i < jpegs.size(); ++i) {
+      uint8_t* base = static_cast<uint8_t*>(out->data()) + (k * jpegs.size() + i) * plane * 3;
+      planes[i].data[0] = base;
+      planes[i].data[1] = base + plane;
+      planes[i].data[2] = base + plane * 2;
+      planes[i].pitch[0] = uint32_t(w);
+      planes[i].pitch[1] = k == 0 ? uint32_t((w + 1) / 2) : uint32_t(w);
+      planes[i].pitch[2] = uint32_t((w + 1) / 2);
+    }
+    const JpegOutput format = k == 0 ? JpegOutput::kYuvPlanar : JpegOutput::kNv12;
+    ASSERT_TRUE((*d)->DecodePlanes(encoded, planes, format, stream_.get()).ok())
+        << JpegOutputName(format);
+    ASSERT_TRUE(stream_.Synchronize().ok());
+    for (const JpegPlanes& p : planes) {
+      std::vector<uint8_t> y(plane);
+      ASSERT_TRUE(CudaCheck(cudaMemcpy(y.data(), p.data[0], plane, cudaMemcpyDeviceToHost),
+                            "cudaMemcpy")
+                      .ok());
+      luma[k].push_back(std::move(y));
+    }
+  }
+  EXPECT_EQ(luma[0], luma[1]);
+  // Not a blank plane: the photo's luma spans much of the range.
+  const auto [lo, hi] = std::minmax_element(luma[0][0].begin(), luma[0][0].end());
+  EXPECT_GT(int(*hi) - int(*lo), 100);
+}
+
 TEST_F(JpegDecoderTest, StreamsItCannotTakeAreToldApartWithTheReason) {
   const int w = 96, h = 64;
   const std::vector<uint8_t> rgb = Photo(w, h, 7);
