@@ -11,6 +11,7 @@ time-slices with it (docs/benchmarks.md, issue 23).
 
 import argparse
 import ctypes
+import itertools
 import threading
 import time
 
@@ -20,18 +21,20 @@ from bench.common import CROP
 from bench.gpu.sides import make_model, make_step
 
 
-def decode_rows(lib_path, variants, start_after, seconds, gap, images):
-    """Runs each variant after `gap` seconds, from `start_after` seconds on, printing its row."""
+def decode_rows(lib_path, variants, batches, start_after, seconds, gap, images):
+    """Runs each variant at each batch size after `gap` seconds, from `start_after` seconds on,
+    printing its row."""
     lib = ctypes.CDLL(lib_path)
     lib.carpool_decode_probe.restype = ctypes.c_int
     lib.carpool_decode_probe.argtypes = [ctypes.c_char_p, ctypes.c_double, ctypes.c_int,
                                          ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
     time.sleep(start_after)
-    for v in variants:
+    for v, batch in itertools.product(variants, batches):
         time.sleep(gap)
         out = ctypes.create_string_buffer(1024)
         # ctypes lets go of the GIL for the call: the training loop runs on meanwhile.
-        rc = lib.carpool_decode_probe(v.encode(), seconds, images, 256, out, len(out))
+        rc = lib.carpool_decode_probe(v.encode(), seconds, max(images, batch), batch, out,
+                                      len(out))
         print(f"in-process {out.value.decode()}" + ("" if rc == 0 else f" (rc {rc})"), flush=True)
 
 
@@ -44,6 +47,8 @@ def main():
                     help="libcarpool_decode_probe.so: decode rows on a thread of this process")
     ap.add_argument("--decode-variants", default="hardware,gpu-hybrid",
                     help="as carpool_jpeg_decode_bench --variants")
+    ap.add_argument("--decode-batches", default="256",
+                    help="JPEGs per nvJPEG call, a comma-separated list: each variant at each")
     ap.add_argument("--decode-start", type=float, default=5,
                     help="seconds of training alone before the first row")
     ap.add_argument("--decode-seconds", type=float, default=6)
@@ -63,6 +68,7 @@ def main():
     if args.decode_in_process:
         threading.Thread(target=decode_rows, daemon=True,
                          args=(args.decode_in_process, args.decode_variants.split(","),
+                               [int(b) for b in args.decode_batches.split(",")],
                                args.decode_start, args.decode_seconds, args.decode_gap,
                                args.decode_images)).start()
     start = window_start = time.monotonic()
