@@ -14,6 +14,9 @@ once per side (--sides), back to back:
             the same W CPU workers split over the jobs, non_blocking copies to the GPU;
   gpudecode: per job, DataLoader workers read the files and the job decodes them on its GPU
             (torchvision.io.decode_jpeg, batched) with the same pipeline in transforms.v2 there;
+  inproc:   not a peer but a bound for docs/gpu.md's plan: the gpudecode side's workers, and
+            carpool's nvJPEG path (--decode-probe) run a batch ahead on a thread of each job, in
+            its own CUDA context (no server; each job decodes its own samples)
   tensorsocket: TensorSocket's TensorProducer over the baseline's DataLoader, one per dataset
             (and, with --ts-late own, one for a late job), with its jobs' shares of the W
             workers; the jobs its TensorConsumers. Its pool puts the batches on the GPU and the
@@ -54,6 +57,11 @@ def parser(prog=None):
                          "the GPU + transforms.v2 there, per job; tensorsocket: one TensorProducer "
                          "over the baseline's DataLoader per dataset, the jobs its consumers "
                          "(issue 13's GPU peers; tensorsocket needs scripts/peer_wheels.sh)")
+    ap.add_argument("--decode-probe", metavar="LIB",
+                    help="the inproc side's libcarpool_decode_probe.so (a CUDA build's server/); "
+                         "inproc: the gpudecode side with carpool's nvJPEG path run a batch ahead "
+                         "on a thread of each job, in its own CUDA context: a bound for "
+                         "docs/gpu.md's plan, not a carpool mode")
     ap.add_argument("--ts-late", choices=["own", "shared"], default="own",
                     help="tensorsocket, late scenario: the late job gets a producer of its own "
                          "(default), or joins the others' (served from its next epoch only; it "
@@ -116,6 +124,12 @@ def finish_args(args):
     if args.mps and gpu_index(args.device) is None:
         sys.exit(f"bench.gpu: --mps needs a CUDA device, not --device {args.device}; leave out "
                  "--mps (or --smoke)")
+    if "inproc" in args.sides and (args.decode_probe is None or
+                                   not os.path.isfile(args.decode_probe) or
+                                   gpu_index(args.device) is None):
+        sys.exit(f"bench.gpu: the inproc side needs a CUDA device and --decode-probe naming "
+                 f"libcarpool_decode_probe.so (got {args.decode_probe!r}); build it with "
+                 "CARPOOL_BUILD_BENCHMARKS in a CUDA build")
     if "overlap" in args.scenarios and args.count < OVERLAP_PARTS:
         sys.exit(f"bench.gpu: the overlap scenario needs --count >= {OVERLAP_PARTS}")
     return args

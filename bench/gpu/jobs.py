@@ -14,8 +14,8 @@ import traceback
 
 from bench.common import CROP
 from bench.gpu.sides import (baseline_batches, carpool_batches, gpudecode_batches,
-                             gpudecode_loader, make_model, make_step, synthetic_batches,
-                             tensorsocket_batches, torchvision_loader)
+                             gpudecode_loader, inproc_batches, make_model, make_step,
+                             synthetic_batches, tensorsocket_batches, torchvision_loader)
 
 
 def run_job(spec, go, stop, progress, out, wrap=None):
@@ -23,9 +23,9 @@ def run_job(spec, go, stop, progress, out, wrap=None):
     import torch
     torch.set_num_threads(1)  # the cores belong to the loaders
     tv = tv_first = None
-    if spec["side"] in ("baseline", "gpudecode"):  # workers forked now, before CUDA
-        tv = (torchvision_loader if spec["side"] == "baseline" else gpudecode_loader)(spec, torch,
-                                                                                    go)
+    if spec["side"] in ("baseline", "gpudecode", "inproc"):  # workers forked now, before CUDA
+        tv = (torchvision_loader(spec, torch, go) if spec["side"] == "baseline"
+              else gpudecode_loader(spec, torch, go, packed=spec["side"] == "inproc"))
         tv_first = iter(tv)
     dev = torch.device(spec["device"])
     cuda = dev.type == "cuda"
@@ -59,6 +59,8 @@ def run_job(spec, go, stop, progress, out, wrap=None):
     batches = (carpool_batches(spec, timing) if spec["side"] in ("carpool", "drop", "sleep")
                else gpudecode_batches(spec, tv, dev, torch, tv_first)
                if spec["side"] == "gpudecode"
+               else inproc_batches(spec, tv, dev, torch, tv_first)
+               if spec["side"] == "inproc"
                else tensorsocket_batches(spec, dev, torch, timing)
                if spec["side"] == "tensorsocket"
                else baseline_batches(spec, tv, dev, torch, tv_first) if tv is not None

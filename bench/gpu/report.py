@@ -6,7 +6,7 @@ from bench.gpu.jobs import rate_from_go, ratio
 
 
 SIDE_NAMES = {"carpool": "carpool", "baseline": "DataLoader", "gpudecode": "GPU decode",
-              "tensorsocket": "TensorSocket"}
+              "tensorsocket": "TensorSocket", "inproc": "decode in the job (bound)"}
 
 
 def versus_best(rates, peers):

@@ -48,6 +48,7 @@ class Bench:
              "classes": self.classes, "transform": a.transform, "socket": None,
              "prefetch": a.prefetch, "root": str(self.root), "seed": job + 1, "workers": 0,
              "warmup": a.warmup, "repeat": 1, "sleep": False,
+             "decode_probe": a.decode_probe,
              "planned": a.epochs * size}
         s.update(kw)
         s["tail"] = size % s["batch_size"]
