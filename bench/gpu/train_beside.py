@@ -38,6 +38,79 @@ def decode_rows(lib_path, variants, batches, start_after, seconds, gap, images):
         print(f"in-process {out.value.decode()}" + ("" if rc == 0 else f" (rc {rc})"), flush=True)
 
 
+def photo_jpegs(count, seed=0):
+    """`count` 500x375 quality-90 JPEGs of a gradient with noise (the bench set's kind), packed
+    in one bytes object, with their lengths."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:375, 0:500]
+    base = np.stack([255 * xx / 500, 255 * yy / 375, np.full_like(xx, 128.0)], axis=-1)
+    out, lengths = io.BytesIO(), []
+    for _ in range(count):
+        rgb = np.clip(base + rng.normal(0, 18, base.shape), 0, 255).astype(np.uint8)
+        at = out.tell()
+        Image.fromarray(rgb).save(out, format="JPEG", quality=90)
+        lengths.append(out.tell() - at)
+    return out.getvalue(), lengths
+
+
+class DecodePerStep:
+    """One batch of 256 JPEGs decoded inside this process (libcarpool_decode_probe.so's
+    BatchDecoder: nvJPEG, the exact resize 256 and crop 256) for each training step, on a thread,
+    at most `behind` batches behind the steps: the training loop blocks when the decode cannot
+    keep up, as a job whose own process decodes its input would."""
+
+    def __init__(self, lib_path, dev, behind=2):
+        import queue
+        self.lib = ctypes.CDLL(lib_path)
+        self.lib.carpool_decode_probe_open.restype = ctypes.c_void_p
+        self.lib.carpool_decode_probe_open.argtypes = [ctypes.c_char_p, ctypes.c_int,
+                                                       ctypes.c_char_p, ctypes.c_int]
+        self.lib.carpool_decode_probe_decode.restype = ctypes.c_int
+        self.lib.carpool_decode_probe_decode.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+            ctypes.c_char_p, ctypes.c_int]
+        self.err = ctypes.create_string_buffer(1024)
+        self.handle = self.lib.carpool_decode_probe_open(b"resize=256,crop=256,decode=gpu", 256,
+                                                         self.err, len(self.err))
+        if not self.handle:
+            raise SystemExit(f"train_beside: {self.err.value.decode()}")
+        data, lengths = photo_jpegs(512)
+        self.data = ctypes.create_string_buffer(data, len(data))  # kept alive: the calls read it
+        base, starts = ctypes.addressof(self.data), []
+        for length in lengths:
+            starts.append(base)
+            base += length
+        self.batches = [((ctypes.c_void_p * 256)(*starts[k:k + 256]),
+                         (ctypes.c_uint64 * 256)(*lengths[k:k + 256])) for k in (0, 256)]
+        self.out = torch.empty((256, 256, 256, 3), dtype=torch.uint8, device=dev)
+        self.tokens = queue.Queue(maxsize=behind)
+        self.decoded, self.error = 0, None
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        k = 0
+        while self.tokens.get() is not None:
+            ptrs, lens = self.batches[k % 2]
+            rc = self.lib.carpool_decode_probe_decode(self.handle, 256, ptrs, lens,
+                                                      self.out.data_ptr(), 256, 256, self.err,
+                                                      len(self.err))
+            if rc != 0:
+                self.error = self.err.value.decode() if rc < 0 else f"{rc} images not decoded"
+                return
+            self.decoded += 256
+            k += 1
+
+    def step_done(self):
+        if self.error:
+            raise SystemExit(f"train_beside: decode: {self.error}")
+        self.tokens.put(1)  # blocks while the decode is `behind` batches behind
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=40)
@@ -54,6 +127,9 @@ def main():
     ap.add_argument("--decode-seconds", type=float, default=6)
     ap.add_argument("--decode-gap", type=float, default=3)
     ap.add_argument("--decode-images", type=int, default=512)
+    ap.add_argument("--decode-per-step", metavar="LIB",
+                    help="libcarpool_decode_probe.so: from --decode-start seconds on, for "
+                         "--decode-seconds, one batch decoded in this process per training step")
     args = ap.parse_args()
     dev = torch.device("cuda:0")
     torch.backends.cudnn.benchmark = True
@@ -71,6 +147,7 @@ def main():
                                [int(b) for b in args.decode_batches.split(",")],
                                args.decode_start, args.decode_seconds, args.decode_gap,
                                args.decode_images)).start()
+    per_step = DecodePerStep(args.decode_per_step, dev) if args.decode_per_step else None
     start = window_start = time.monotonic()
     images = 0
     stream = torch.cuda.current_stream()
@@ -79,10 +156,13 @@ def main():
         stream.synchronize()  # the training stream only: not a decode thread's stream too
         images += b
         now = time.monotonic()
+        if per_step and args.decode_start <= now - start < args.decode_start + args.decode_seconds:
+            per_step.step_done()
         if now - window_start >= args.window:
             # Unix time too, to line a window up with what ran beside it (other clocks).
+            decoded = f" decoded {per_step.decoded}" if per_step else ""
             print(f"train_beside t={now - start:5.1f}s unix={time.time():.1f} "
-                  f"{images / (now - window_start):7.0f} img/s", flush=True)
+                  f"{images / (now - window_start):7.0f} img/s{decoded}", flush=True)
             window_start, images = now, 0
 
 
