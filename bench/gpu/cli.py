@@ -14,7 +14,7 @@ once per side (--sides), back to back:
             the same W CPU workers split over the jobs, non_blocking copies to the GPU;
   gpudecode: per job, DataLoader workers read the files and the job decodes them on its GPU
             (torchvision.io.decode_jpeg, batched) with the same pipeline in transforms.v2 there;
-  inproc:   not a peer but a bound for docs/gpu.md's plan: the gpudecode side's workers, and
+  inproc:   not a peer but a probe of docs/gpu.md's plan: the gpudecode side's workers, and
             carpool's nvJPEG path (--decode-probe) run a batch ahead on a thread of each job, in
             its own CUDA context (no server; each job decodes its own samples)
   tensorsocket: TensorSocket's TensorProducer over the baseline's DataLoader, one per dataset
@@ -60,8 +60,8 @@ def parser(prog=None):
     ap.add_argument("--decode-probe", metavar="LIB",
                     help="the inproc side's libcarpool_decode_probe.so (a CUDA build's server/); "
                          "inproc: the gpudecode side with carpool's nvJPEG path run a batch ahead "
-                         "on a thread of each job, in its own CUDA context: a bound for "
-                         "docs/gpu.md's plan, not a carpool mode")
+                         "on threads of each job, in its own CUDA context: a probe of "
+                         "docs/gpu.md's plan (its Python pipeline limits it), not a carpool mode")
     ap.add_argument("--ts-late", choices=["own", "shared"], default="own",
                     help="tensorsocket, late scenario: the late job gets a producer of its own "
                          "(default), or joins the others' (served from its next epoch only; it "

@@ -6,7 +6,7 @@ from bench.gpu.jobs import rate_from_go, ratio
 
 
 SIDE_NAMES = {"carpool": "carpool", "baseline": "DataLoader", "gpudecode": "GPU decode",
-              "tensorsocket": "TensorSocket", "inproc": "decode in the job (bound)"}
+              "tensorsocket": "TensorSocket", "inproc": "decode in the job (Python probe)"}
 
 
 def versus_best(rates, peers):

@@ -247,11 +247,11 @@ def gpudecode_batches(spec, loader, dev, torch, first):
 
 
 def inproc_batches(spec, loader, dev, torch, first):
-    """docs/gpu.md's plan ("Decoding in the jobs' processes") without the server, as a bound: the
+    """docs/gpu.md's plan ("Decoding in the jobs' processes") without the server, as a probe: the
     gpudecode side's workers read the files, and a thread of the job decodes each batch a batch
     ahead with carpool's GPU decode path (libcarpool_decode_probe.so: nvJPEG's JPEG engines, the
     exact resize 256 and crop 256) in the job's own CUDA context; then the gpudecode side's
-    random crop 224, flip and normalize."""
+    random crop 224, flip and normalize. Its own Python pipeline limits it (docs/benchmarks.md)."""
     import ctypes
     import queue
     import threading
@@ -282,6 +282,7 @@ def inproc_batches(spec, loader, dev, torch, first):
 
     def decode_ahead(handle):
         err = ctypes.create_string_buffer(1024)
+        torch.cuda.set_device(dev)  # a new thread starts on device 0
         try:
             while True:
                 i, used = free.get()

@@ -93,6 +93,7 @@ class DecodePerStep:
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self):
+        torch.cuda.set_device(self.out.device)  # a new thread starts on device 0
         k = 0
         while self.tokens.get() is not None:
             ptrs, lens = self.batches[k % 2]

@@ -81,6 +81,11 @@ Result<Variant> ParseVariant(const std::string& text) {
     first = false;
     at = plus + 1;
   }
+  if (v.options.preallocate_width > 0 && v.options.prefer != JpegBackend::kHardware) {
+    return Status::InvalidArgument("variant '" + text +
+                                   "': +prealloc is nvJPEG's hardware decoder's; drop it for "
+                                   "gpu-hybrid");
+  }
   return v;
 }
 
@@ -88,15 +93,20 @@ Result<Variant> ParseVariant(const std::string& text) {
 // call per batch and its Unix start and end, to line it up with a training process beside it.
 Result<std::string> VariantRow(const std::vector<std::vector<uint8_t>>& jpegs, int w, int h,
                                size_t batch, double seconds, const Variant& v) {
+  if (batch == 0 || jpegs.size() < batch || !(seconds > 0)) {
+    return Status::InvalidArgument(fmt::format(
+        "variant {}: {} JPEGs for batches of {} over {} s; give at least one batch of JPEGs and "
+        "a positive time",
+        v.name, jpegs.size(), batch, seconds));
+  }
   std::vector<std::span<const uint8_t>> held;
   Result<PinnedHostBuffer> pinned = Pin(jpegs, &held);
   Result<std::unique_ptr<JpegDecoder>> d = JpegDecoder::Create(uint32_t(batch), v.options);
   Result<CudaStream> stream = CudaStream::Create();
   const size_t per_image = size_t(w) * h * 3;
   Result<DeviceBuffer> out = DeviceBuffer::Allocate(per_image * batch);
-  if (!pinned.ok() || !d.ok() || !stream.ok() || !out.ok()) {
-    return Status::Internal(fmt::format("variant {}: set-up failed: {}", v.name,
-                                        d.ok() ? "CUDA" : d.status().ToString()));
+  for (const Status& s : {pinned.status(), d.status(), stream.status(), out.status()}) {
+    if (!s.ok()) return Status(s.code(), fmt::format("variant {}: set-up: {}", v.name, s.ToString()));
   }
   std::vector<JpegPlanes> planes(batch);
   for (size_t i = 0; i < batch; ++i) {

@@ -35,7 +35,8 @@ Result<Variant> ParseVariant(const std::string& text);
 
 // nvJPEG alone (no resize) in variant `v` for `seconds`, one batch at a time on a stream of its
 // own: a row with its rate, the mean call per batch and its Unix start and end (to line it up
-// with a training process beside it). The JPEGs are all w x h.
+// with a training process beside it). The JPEGs are all w x h; InvalidArgument unless there is
+// at least one batch of them and `seconds` is positive.
 Result<std::string> VariantRow(const std::vector<std::vector<uint8_t>>& jpegs, int w, int h,
                                size_t batch, double seconds, const Variant& v);
 

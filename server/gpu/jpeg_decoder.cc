@@ -97,7 +97,9 @@ Result<const NvjpegApi*> LoadApi() {
     bind(api.batched_supported, "nvjpegDecodeBatchedSupported");
     bind(api.batched_initialize, "nvjpegDecodeBatchedInitialize");
     bind(api.decode_batched, "nvjpegDecodeBatched");
-    bind(api.batched_preallocate, "nvjpegDecodeBatchedPreAllocate");
+    // Optional: only JpegDecoderOptions' pre-allocation needs it (Create says so if absent).
+    api.batched_preallocate = reinterpret_cast<decltype(api.batched_preallocate)>(
+        dlsym(lib, "nvjpegDecodeBatchedPreAllocate"));
   });
   if (!error.empty()) return Status::Unavailable(error);
   return &api;
@@ -179,6 +181,11 @@ Result<std::unique_ptr<JpegDecoder>> JpegDecoder::Create(uint32_t max_batch,
   }
   if (backend == JpegBackend::kHardware && options.preallocate_width > 0 &&
       options.preallocate_height > 0) {
+    if (impl->api->batched_preallocate == nullptr) {
+      return Status::Unavailable(fmt::format(
+          "{} lacks nvjpegDecodeBatchedPreAllocate; create the decoder without a pre-allocation",
+          kLibrary));
+    }
     s = impl->api->batched_preallocate(impl->handle, impl->state, static_cast<int>(max_batch),
                                        static_cast<int>(options.preallocate_width),
                                        static_cast<int>(options.preallocate_height),

@@ -26,7 +26,8 @@ enum class JpegBackend { kHardware, kGpuHybrid };
 const char* JpegBackendName(JpegBackend backend);
 
 // How nvJPEG runs: the backend to prefer, its memory pools, and a pre-allocation of its
-// internal buffers for batches of images of about this size (0: none).
+// internal buffers for batches of images of about this size (0: none; the hardware backend only,
+// ignored where Create falls back to the GPU-hybrid one).
 struct JpegDecoderOptions {
   JpegBackend prefer = JpegBackend::kHardware;
   bool memory_pools = false;  // NVJPEG_FLAGS_ENABLE_MEMORY_POOLS

@@ -187,6 +187,11 @@ TEST_F(JpegDecoderTest, TuningChangesNoPixelAndTheYuvOutputsAgreeOnLuma) {
   Result<std::vector<std::vector<uint8_t>>> pooled = DecodeOnGpu(**d, jpegs, w, h);
   ASSERT_TRUE(plain.ok() && pooled.ok());
   EXPECT_EQ(*plain, *pooled);
+  // The YUV outputs were only measured on the JPEG engines (the bench's variants): whether the
+  // hybrid batched path takes NV12 is not known, so a GPU without engines stops here.
+  if ((*d)->backend() != JpegBackend::kHardware) {
+    GTEST_SKIP() << "no JPEG engines: the YUV and NV12 outputs are checked on the hardware backend";
+  }
   // Luma of each image in planar YUV and in NV12, from the tuned decoder after its RGB batch.
   const size_t plane = size_t(w) * h;
   Result<DeviceBuffer> out = DeviceBuffer::Allocate(plane * 3 * jpegs.size() * 2);
