@@ -252,27 +252,13 @@ def inproc_batches(spec, loader, dev, torch, first):
     ahead with carpool's GPU decode path (libcarpool_decode_probe.so: nvJPEG's JPEG engines, the
     exact resize 256 and crop 256) in the job's own CUDA context; then the gpudecode side's
     random crop 224, flip and normalize. Its own Python pipeline limits it (docs/benchmarks.md)."""
-    import ctypes
     import queue
     import threading
-    lib = ctypes.CDLL(spec["decode_probe"])
-    lib.carpool_decode_probe_open.restype = ctypes.c_void_p
-    lib.carpool_decode_probe_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                                              ctypes.c_int]
-    lib.carpool_decode_probe_decode.restype = ctypes.c_int
-    lib.carpool_decode_probe_decode.argtypes = [
-        ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
-        ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-        ctypes.c_char_p, ctypes.c_int]
-    lib.carpool_decode_probe_close.argtypes = [ctypes.c_void_p]
+
+    from bench.gpu import decode_probe
+    lib = decode_probe.load(spec["decode_probe"])
     b, threads = spec["batch_size"], 2  # one thread's header parse, call and wait held it to ~7k
-    handles = []
-    for _ in range(threads):
-        err = ctypes.create_string_buffer(1024)
-        h = lib.carpool_decode_probe_open(b"resize=256,crop=256,decode=gpu", b, err, len(err))
-        if not h:
-            raise RuntimeError(f"inproc: {err.value.decode()}")
-        handles.append(h)
+    decoders = [decode_probe.Decoder(lib, b) for _ in range(threads)]
     bufs = [torch.empty((b, 256, 256, 3), dtype=torch.uint8, device=dev) for _ in range(4)]
     free, ready = queue.Queue(), queue.Queue(maxsize=len(bufs) - 1)
     for i in range(len(bufs)):
@@ -280,8 +266,7 @@ def inproc_batches(spec, loader, dev, torch, first):
     source = (item for epoch in range(spec["epochs"]) for item in (first if epoch == 0 else loader))
     source_lock = threading.Lock()
 
-    def decode_ahead(handle):
-        err = ctypes.create_string_buffer(1024)
+    def decode_ahead(decoder):
         torch.cuda.set_device(dev)  # a new thread starts on device 0
         try:
             while True:
@@ -293,23 +278,15 @@ def inproc_batches(spec, loader, dev, torch, first):
                 packed, lengths, labels = item
                 if used is not None:  # the training stream has read this buffer
                     used.synchronize()
-                n, at, starts = len(lengths), packed.data_ptr(), []
-                for length in lengths:
-                    starts.append(at)
-                    at += length
-                rc = lib.carpool_decode_probe_decode(
-                    handle, n, (ctypes.c_void_p * n)(*starts), (ctypes.c_uint64 * n)(*lengths),
-                    bufs[i].data_ptr(), 256, 256, err, len(err))
-                if rc != 0:
-                    raise RuntimeError(f"inproc: {err.value.decode() if rc < 0 else rc} images "
-                                       "not decoded")
-                ready.put((i, n, labels))
+                decoder.decode(*decode_probe.packed(packed.data_ptr(), lengths),
+                               bufs[i].data_ptr())
+                ready.put((i, len(lengths), labels))
             ready.put(None)
         except BaseException as e:  # noqa: BLE001 - handed to the training loop, which raises it
             ready.put(e)
 
-    for h in handles:
-        threading.Thread(target=decode_ahead, args=(h,), daemon=True).start()
+    for d in decoders:
+        threading.Thread(target=decode_ahead, args=(d,), daemon=True).start()
     mean = torch.tensor([0.485, 0.456, 0.406], device=dev).view(1, 3, 1, 1)
     std = torch.tensor([0.229, 0.224, 0.225], device=dev).view(1, 3, 1, 1)
     gen = torch.Generator().manual_seed(spec["seed"])
@@ -339,8 +316,8 @@ def inproc_batches(spec, loader, dev, torch, first):
             yield x.contiguous(memory_format=torch.channels_last), torch.tensor(labels).to(dev)
     finally:
         if ended == threads:  # a thread still decoding keeps its decoder
-            for h in handles:
-                lib.carpool_decode_probe_close(h)
+            for d in decoders:
+                d.close()
 
 
 def tensorsocket_producer(spec, go, done, out):

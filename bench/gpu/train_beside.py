@@ -18,16 +18,14 @@ import time
 import torch
 
 from bench.common import CROP
+from bench.gpu import decode_probe
 from bench.gpu.sides import make_model, make_step
 
 
 def decode_rows(lib_path, variants, batches, start_after, seconds, gap, images):
     """Runs each variant at each batch size after `gap` seconds, from `start_after` seconds on,
     printing its row."""
-    lib = ctypes.CDLL(lib_path)
-    lib.carpool_decode_probe.restype = ctypes.c_int
-    lib.carpool_decode_probe.argtypes = [ctypes.c_char_p, ctypes.c_double, ctypes.c_int,
-                                         ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    lib = decode_probe.load(lib_path)
     time.sleep(start_after)
     for v, batch in itertools.product(variants, batches):
         time.sleep(gap)
@@ -65,28 +63,15 @@ class DecodePerStep:
 
     def __init__(self, lib_path, dev, behind=2):
         import queue
-        self.lib = ctypes.CDLL(lib_path)
-        self.lib.carpool_decode_probe_open.restype = ctypes.c_void_p
-        self.lib.carpool_decode_probe_open.argtypes = [ctypes.c_char_p, ctypes.c_int,
-                                                       ctypes.c_char_p, ctypes.c_int]
-        self.lib.carpool_decode_probe_decode.restype = ctypes.c_int
-        self.lib.carpool_decode_probe_decode.argtypes = [
-            ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
-            ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-            ctypes.c_char_p, ctypes.c_int]
-        self.err = ctypes.create_string_buffer(1024)
-        self.handle = self.lib.carpool_decode_probe_open(b"resize=256,crop=256,decode=gpu", 256,
-                                                         self.err, len(self.err))
-        if not self.handle:
-            raise SystemExit(f"train_beside: {self.err.value.decode()}")
+        try:
+            self.decoder = decode_probe.Decoder(decode_probe.load(lib_path), 256)
+        except RuntimeError as e:
+            raise SystemExit(f"train_beside: {e}") from None
         data, lengths = photo_jpegs(512)
         self.data = ctypes.create_string_buffer(data, len(data))  # kept alive: the calls read it
-        base, starts = ctypes.addressof(self.data), []
-        for length in lengths:
-            starts.append(base)
-            base += length
-        self.batches = [((ctypes.c_void_p * 256)(*starts[k:k + 256]),
-                         (ctypes.c_uint64 * 256)(*lengths[k:k + 256])) for k in (0, 256)]
+        base = ctypes.addressof(self.data)
+        self.batches = [decode_probe.packed(base, lengths[:256]),
+                        decode_probe.packed(base + sum(lengths[:256]), lengths[256:])]
         self.out = torch.empty((256, 256, 256, 3), dtype=torch.uint8, device=dev)
         self.tokens = queue.Queue(maxsize=behind)
         self.decoded, self.error = 0, None
@@ -96,12 +81,10 @@ class DecodePerStep:
         torch.cuda.set_device(self.out.device)  # a new thread starts on device 0
         k = 0
         while self.tokens.get() is not None:
-            ptrs, lens = self.batches[k % 2]
-            rc = self.lib.carpool_decode_probe_decode(self.handle, 256, ptrs, lens,
-                                                      self.out.data_ptr(), 256, 256, self.err,
-                                                      len(self.err))
-            if rc != 0:
-                self.error = self.err.value.decode() if rc < 0 else f"{rc} images not decoded"
+            try:
+                self.decoder.decode(*self.batches[k % 2], self.out.data_ptr())
+            except RuntimeError as e:
+                self.error = str(e)
                 return
             self.decoded += 256
             k += 1
