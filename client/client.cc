@@ -14,6 +14,7 @@
 #include "protocol/id_set.h"
 #include "protocol/protocol.h"
 #include "client/cuda_ipc.h"
+#include "client/job_decode.h"
 #include "client/slot_mapping.h"
 
 namespace carpool {
@@ -28,6 +29,7 @@ struct Job::State {
   std::unique_ptr<FrameSocket> socket;
   std::shared_ptr<SlotMapping> mapping;
   std::shared_ptr<DeviceSlotMapping> device_mapping;  // GPU jobs only
+  std::unique_ptr<JobDecodeWorker> decoder;  // GPU jobs the server sends decode work
   protocol::JobInfo info;
   std::chrono::milliseconds heartbeat_every{500};
   std::chrono::milliseconds silence_timeout{10000};
@@ -102,6 +104,15 @@ struct Job::State {
       }
       last_heard = Clock::now();
       protocol::Message& m = (*frame)->message;
+      if (std::holds_alternative<protocol::DecodeSegment>(m) ||
+          std::holds_alternative<protocol::DecodeWork>(m)) {
+        if (decoder == nullptr) {
+          return Fail(Status::Corruption(fmt::format(
+              "server sent decode work to job {}, which did not offer to decode", info.job_id)));
+        }
+        decoder->Post(std::move(m), std::move((*frame)->fd));
+        continue;
+      }
       MutexLock lock(mu);
       if (auto* b = std::get_if<protocol::BatchReady>(&m); b && b->job_id == info.job_id) {
         ready.push_back(*b);
@@ -263,6 +274,7 @@ Job::~Job() {
   }
   state_->socket->Shutdown();
   state_->reader.join();
+  state_->decoder.reset();  // its thread's last answer, if any, fails on the closed socket
 }
 
 Result<std::optional<Batch>> Job::Next() {
@@ -411,6 +423,7 @@ Result<std::unique_ptr<Job>> Client::CreateJob(const JobOptions& o) {
   protocol::CreateJob request{o.dataset, o.batch_size, o.epochs,     o.transform,
                               o.device,  o.prefetch,   o.drop_last, o.seed,
                               o.job_key, o.rank,       o.world_size, o.node, o.nodes};
+  request.decode_in_job = o.device != "cpu" && JobDecodeOffered();
   std::vector<uint32_t> resumed_taken;
   if (o.resume) {
     if (o.resume->dataset != o.dataset) {
@@ -455,6 +468,13 @@ Result<std::unique_ptr<Job>> Client::CreateJob(const JobOptions& o) {
   state->mapping = std::move(*mapping);
   state->device_mapping = std::move(device_mapping);
   state->info = *info;
+  if (info->decode_in_job) {
+    if (state->device_mapping == nullptr) {
+      return Status::Corruption("server asked a CPU job to decode on a GPU");
+    }
+    state->decoder = std::make_unique<JobDecodeWorker>(info->device, info->job_id,
+                                                       state->socket.get());
+  }
   state->heartbeat_every = std::max(std::chrono::milliseconds(10),
                                      std::chrono::milliseconds(hs->hello.lease_ms / 4));
   state->silence_timeout = o.silence_timeout;

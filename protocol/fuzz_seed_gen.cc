@@ -13,7 +13,9 @@ namespace carpool::protocol {
 namespace {
 
 // One seed per shape a valid frame can take: CPU and GPU jobs and batches, a job of its own and
-// a data-parallel rank. Values are small and distinct, so that a mutated field is easy to spot.
+// a data-parallel rank, a GPU job that decodes in its process and its decode frames (a work, its
+// answer, a failed answer). Values are small and distinct, so that a mutated field is easy to
+// spot.
 std::vector<std::pair<std::string, Message>> Seeds() {
   const JobInfo cpu_job{.job_id = 7,
                         .dataset_size = 1000,
@@ -52,6 +54,41 @@ std::vector<std::pair<std::string, Message>> Seeds() {
   BatchReady device_batch = host_batch;
   device_batch.on_device = true;
   device_batch.device_labels_offset = 1600;
+  JobInfo decode_job = gpu_job;
+  decode_job.decode_in_job = true;
+  // Two JPEGs of 8 x 8 x 3, the second one's pixels 256 bytes after the first's.
+  const DecodeWork decode_work{.job_id = 7,
+                               .work_id = 1,
+                               .prepare = "resize=8,crop=8,decode=gpu",
+                               .output_bytes = 448,
+                               .items = {DecodeItem{.offset = 0,
+                                                    .length = 300,
+                                                    .height = 8,
+                                                    .width = 8,
+                                                    .channels = 3,
+                                                    .dst_offset = 0},
+                                         DecodeItem{.offset = 300,
+                                                    .length = 250,
+                                                    .height = 8,
+                                                    .width = 8,
+                                                    .channels = 3,
+                                                    .dst_offset = 256}}};
+  const DecodeDone decode_done{.job_id = 7,
+                               .work_id = 1,
+                               .code = StatusCode::kOk,
+                               .message = "",
+                               .buffer_handle = std::string(kIpcHandleBytes, '\x22'),
+                               .buffer_offset = 0,
+                               .buffer_bytes = 4096,
+                               .failed = {1}};
+  const DecodeDone decode_failed{.job_id = 7,
+                                 .work_id = 2,
+                                 .code = StatusCode::kUnavailable,
+                                 .message = "no nvjpeg",
+                                 .buffer_handle = "",
+                                 .buffer_offset = 0,
+                                 .buffer_bytes = 0,
+                                 .failed = {}};
   return {
       {"hello", Hello{.pid = 4321, .client_name = "seed"}},
       {"hello-reply", HelloReply{.server_instance = "srv-1",
@@ -78,6 +115,13 @@ std::vector<std::pair<std::string, Message>> Seeds() {
                                    .world_size = 2,
                                    .node = 1,
                                    .nodes = 2}},
+      {"create-job-decode", CreateJob{.dataset = "jpegs",
+                                      .batch_size = 32,
+                                      .epochs = 1,
+                                      .device = "cuda:0",
+                                      .prefetch = 2,
+                                      .seed = 3,
+                                      .decode_in_job = true}},
       {"create-job-resume", CreateJob{.dataset = "fmnist",
                                       .batch_size = 32,
                                       .epochs = 3,
@@ -88,6 +132,7 @@ std::vector<std::pair<std::string, Message>> Seeds() {
                                       .resume_taken = EncodeIdSet({2, 3, 4, 9, 40, 41})}},
       {"job-info", cpu_job},
       {"job-info-gpu", gpu_job},
+      {"job-info-decode", decode_job},
       {"batch-ready", host_batch},
       {"batch-ready-gpu", device_batch},
       {"release", Release{.job_id = 7, .slot = 1, .generation = 3}},
@@ -97,6 +142,10 @@ std::vector<std::pair<std::string, Message>> Seeds() {
       {"error", Error{.code = StatusCode::kNotFound, .message = "no dataset"}},
       {"end-of-data", EndOfData{.job_id = 7, .epochs_completed = 2}},
       {"bye", Bye{}},
+      {"decode-segment", DecodeSegment{.job_id = 7, .bytes = 1 << 20}},
+      {"decode-work", decode_work},
+      {"decode-done", decode_done},
+      {"decode-done-failed", decode_failed},
   };
 }
 

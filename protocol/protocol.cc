@@ -7,6 +7,12 @@
 namespace carpool::protocol {
 namespace {
 
+// One DecodeItem on the wire: offset, length (u64 each), height, width, channels (u32 each),
+// dst_offset (u64).
+constexpr size_t kDecodeItemBytes = 8 + 8 + 4 + 4 + 4 + 8;
+// A decode segment is at most 1 TiB, as a batch segment (docs/protocol.md, "Bounds").
+constexpr uint64_t kMaxDecodeSegmentBytes = uint64_t{1} << 40;
+
 // Appends little-endian fields. Only the encoder uses it; limits are checked by decoding back.
 class Writer {
  public:
@@ -136,6 +142,7 @@ void Put(Writer& w, const CreateJob& m) {
   w.Int(m.resume_epoch);
   w.Int(m.resume_batches);
   w.Str(m.resume_taken);
+  w.Int(static_cast<uint8_t>(m.decode_in_job));  // since protocol 7
 }
 void Get(Reader& r, CreateJob& m) {
   m.dataset = r.Str("dataset", kMaxNameBytes);
@@ -154,6 +161,7 @@ void Get(Reader& r, CreateJob& m) {
   m.resume_epoch = r.Int<uint32_t>("resume_epoch");
   m.resume_batches = r.Int<uint64_t>("resume_batches");
   m.resume_taken = r.Str("resume_taken", kMaxPayloadBytes);
+  m.decode_in_job = r.Bool("decode_in_job");
   if (m.world_size == 0 || m.world_size > kMaxWorldSize) {
     r.Fail(fmt::format("world_size is {}, expected 1..{}", m.world_size, kMaxWorldSize));
   } else if (m.rank >= m.world_size) {
@@ -189,6 +197,7 @@ void Put(Writer& w, const JobInfo& m) {
   w.Int(m.device_offset);
   w.Int(m.start_epoch);
   w.Int(m.start_batch);
+  w.Int(static_cast<uint8_t>(m.decode_in_job));  // since protocol 7
 }
 void Get(Reader& r, JobInfo& m) {
   m.job_id = r.Int<uint64_t>("job_id");
@@ -237,6 +246,7 @@ void Get(Reader& r, JobInfo& m) {
   m.device_offset = r.Int<uint64_t>("device_offset");
   m.start_epoch = r.Int<uint32_t>("start_epoch");
   m.start_batch = r.Int<uint64_t>("start_batch");
+  m.decode_in_job = r.Bool("decode_in_job");
   if (m.device_offset % 256 != 0 || m.device_offset > (uint64_t{1} << 48)) {
     r.Fail(fmt::format("device_offset {} is not 256-aligned or exceeds 2^48", m.device_offset));
   }
@@ -254,6 +264,8 @@ void Get(Reader& r, JobInfo& m) {
   } else if (!m.device_handle.empty() || m.device_slot_bytes != 0 || m.device_slot_stride != 0 ||
              m.device_offset != 0) {
     r.Fail("a CPU job (device -1) carries device slot fields");
+  } else if (m.decode_in_job) {
+    r.Fail("a CPU job (device -1) has decode_in_job; only a GPU job decodes in its process");
   }
 }
 
@@ -348,6 +360,113 @@ void Get(Reader& r, EndOfData& m) {
   m.epochs_completed = r.Int<uint32_t>("epochs_completed");
 }
 
+void Put(Writer& w, const DecodeSegment& m) {
+  w.Int(m.job_id);
+  w.Int(m.bytes);
+}
+void Get(Reader& r, DecodeSegment& m) {
+  m.job_id = r.Int<uint64_t>("job_id");
+  m.bytes = r.Int<uint64_t>("bytes");
+  if (m.bytes == 0 || m.bytes > kMaxDecodeSegmentBytes) {
+    r.Fail(fmt::format("decode segment bytes is {}, expected 1..2^40", m.bytes));
+  }
+}
+
+void Put(Writer& w, const DecodeWork& m) {
+  w.Int(m.job_id);
+  w.Int(m.work_id);
+  w.Str(m.prepare);
+  w.Int(m.output_bytes);
+  w.Int(static_cast<uint32_t>(m.items.size()));
+  for (const DecodeItem& it : m.items) {
+    w.Int(it.offset);
+    w.Int(it.length);
+    w.Int(it.height);
+    w.Int(it.width);
+    w.Int(it.channels);
+    w.Int(it.dst_offset);
+  }
+}
+void Get(Reader& r, DecodeWork& m) {
+  m.job_id = r.Int<uint64_t>("job_id");
+  m.work_id = r.Int<uint64_t>("work_id");
+  m.prepare = r.Str("prepare", kMaxTransformBytes);
+  m.output_bytes = r.Int<uint64_t>("output_bytes");
+  const uint32_t count = r.Int<uint32_t>("item_count");
+  // Checked against the bytes present before anything is allocated for them.
+  if (count > r.remaining() / kDecodeItemBytes) {
+    r.Fail(fmt::format("item_count is {}, but {} bytes hold at most {} items of {} bytes", count,
+                       r.remaining(), r.remaining() / kDecodeItemBytes, kDecodeItemBytes));
+    return;
+  }
+  m.items.resize(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    DecodeItem& it = m.items[i];
+    it.offset = r.Int<uint64_t>("item offset");
+    it.length = r.Int<uint64_t>("item length");
+    it.height = r.Int<uint32_t>("item height");
+    it.width = r.Int<uint32_t>("item width");
+    it.channels = r.Int<uint32_t>("item channels");
+    it.dst_offset = r.Int<uint64_t>("item dst_offset");
+    if (it.length == 0) {
+      r.Fail(fmt::format("item {} has length 0", i));
+    } else if (it.offset > UINT64_MAX - it.length) {
+      r.Fail(fmt::format("item {}'s byte range overflows 64 bits", i));
+    } else if (it.channels < 1 || it.channels > 4) {
+      r.Fail(fmt::format("item {} has {} channels, expected 1..4", i, it.channels));
+    } else if (it.height == 0 || it.width == 0) {
+      r.Fail(fmt::format("item {} is {} x {}, expected both at least 1", i, it.height, it.width));
+    } else if (it.dst_offset > m.output_bytes ||
+               uint64_t{it.height} * it.width > (m.output_bytes - it.dst_offset) / it.channels) {
+      // height * width < 2^64; times channels only when it fits below output_bytes.
+      r.Fail(fmt::format("item {} ({} x {} x {} at {}) does not fit the {}-byte output", i,
+                         it.height, it.width, it.channels, it.dst_offset, m.output_bytes));
+    }
+  }
+}
+
+void Put(Writer& w, const DecodeDone& m) {
+  w.Int(m.job_id);
+  w.Int(m.work_id);
+  w.Int(static_cast<uint16_t>(m.code));
+  w.Str(m.message);
+  w.Str(m.buffer_handle);
+  w.Int(m.buffer_offset);
+  w.Int(m.buffer_bytes);
+  w.Int(static_cast<uint32_t>(m.failed.size()));
+  for (uint32_t i : m.failed) w.Int(i);
+}
+void Get(Reader& r, DecodeDone& m) {
+  m.job_id = r.Int<uint64_t>("job_id");
+  m.work_id = r.Int<uint64_t>("work_id");
+  uint16_t code = r.Int<uint16_t>("code");
+  if (code > static_cast<uint16_t>(StatusCode::kInternal)) {
+    r.Fail(fmt::format("code is {}, expected 0..{}", code,
+                       static_cast<int>(StatusCode::kInternal)));
+  }
+  m.code = static_cast<StatusCode>(code);
+  m.message = r.Str("message", kMaxMessageBytes);
+  m.buffer_handle = r.Str("buffer_handle", kIpcHandleBytes);
+  m.buffer_offset = r.Int<uint64_t>("buffer_offset");
+  m.buffer_bytes = r.Int<uint64_t>("buffer_bytes");
+  if (m.code == StatusCode::kOk && m.buffer_handle.size() != kIpcHandleBytes) {
+    r.Fail(fmt::format("buffer_handle is {} bytes, expected {} with code ok",
+                       m.buffer_handle.size(), kIpcHandleBytes));
+  } else if (!m.buffer_handle.empty() && m.buffer_handle.size() != kIpcHandleBytes) {
+    r.Fail(fmt::format("buffer_handle is {} bytes, expected 0 or {}", m.buffer_handle.size(),
+                       kIpcHandleBytes));
+  }
+  const uint32_t count = r.Int<uint32_t>("failed_count");
+  // Checked against the bytes present before anything is allocated for them.
+  if (count > r.remaining() / 4) {
+    r.Fail(fmt::format("failed_count is {}, but {} bytes hold at most {} indices", count,
+                       r.remaining(), r.remaining() / 4));
+    return;
+  }
+  m.failed.resize(count);
+  for (uint32_t& i : m.failed) i = r.Int<uint32_t>("failed");
+}
+
 // Default-constructs alternative `index` of Message.
 template <size_t... I>
 Message MakeAlternative(size_t index, std::index_sequence<I...>) {
@@ -372,6 +491,9 @@ std::string_view MessageTypeName(MessageType type) {
     case MessageType::kError: return "error";
     case MessageType::kEndOfData: return "end-of-data";
     case MessageType::kBye: return "bye";
+    case MessageType::kDecodeSegment: return "decode-segment";
+    case MessageType::kDecodeWork: return "decode-work";
+    case MessageType::kDecodeDone: return "decode-done";
   }
   return "unknown";
 }
@@ -391,6 +513,9 @@ MessageType TypeOf(const Message& message) {
 static_assert(std::variant_size_v<Message> == kMaxMessageType);
 static_assert(std::is_same_v<std::variant_alternative_t<4, Message>, BatchReady>);
 static_assert(std::is_same_v<std::variant_alternative_t<11, Message>, Bye>);
+static_assert(std::is_same_v<std::variant_alternative_t<12, Message>, DecodeSegment>);
+static_assert(std::is_same_v<std::variant_alternative_t<13, Message>, DecodeWork>);
+static_assert(std::is_same_v<std::variant_alternative_t<14, Message>, DecodeDone>);
 
 namespace {
 

@@ -26,8 +26,10 @@ inline constexpr uint32_t kFrameMagic = 0x4C505243;  // "CRPL" as little-endian 
 // 2: device batch slots (CUDA IPC); 3: data-parallel ranks (CreateJob job_key, rank, world_size);
 // 4: resume positions; 5: job-info carries its batch segment as a memfd (segment_fd.h);
 // 6: hello and hello-reply carry the package version, and a peer of another protocol version is
-// answered with an error frame in its own version naming both (docs/protocol.md, "Versions")
-inline constexpr uint16_t kProtocolVersion = 6;
+// answered with an error frame in its own version naming both (docs/protocol.md, "Versions");
+// 7: GPU decode in the job's own process (create-job and job-info say decode_in_job; the
+// decode-segment, decode-work and decode-done frames)
+inline constexpr uint16_t kProtocolVersion = 7;
 // Protocols 1..kLastUnnamedProtocol did not say their package version; all were carpool 0.1.0.
 inline constexpr uint16_t kLastUnnamedProtocol = 5;
 inline constexpr uint32_t kMaxWorldSize = 4096;
@@ -52,9 +54,12 @@ enum class MessageType : uint16_t {
   kError = 10,        // both ways; from the server after a protocol violation the socket closes
   kEndOfData = 11,    // server -> client, the job has finished all its epochs
   kBye = 12,          // client -> server, orderly goodbye: the job is removed
+  kDecodeSegment = 13,  // server -> client, carries the memfd that decode work's JPEGs lie in
+  kDecodeWork = 14,     // server -> client, JPEGs to decode on the job's GPU (decode_in_job)
+  kDecodeDone = 15,     // client -> server, the answer to one decode work
 };
 inline constexpr uint16_t kMinMessageType = 1;
-inline constexpr uint16_t kMaxMessageType = 12;
+inline constexpr uint16_t kMaxMessageType = 15;
 
 std::string_view MessageTypeName(MessageType type);
 
@@ -111,6 +116,9 @@ struct CreateJob {
   uint32_t resume_epoch = 0;
   uint64_t resume_batches = 0;
   std::string resume_taken{};
+  // A GPU job whose process can decode JPEGs on its GPU (it found libcarpool_job_decode.so and
+  // was not told otherwise): the server may send it decode work (JobInfo::decode_in_job).
+  bool decode_in_job = false;
   bool resuming() const { return resume_epoch > 0 || resume_batches > 0 || !resume_taken.empty(); }
   bool operator==(const CreateJob&) const = default;
 };
@@ -142,6 +150,10 @@ struct JobInfo {
   // Where the job starts: epoch 0, batch 0, unless it resumed from a checkpoint.
   uint32_t start_epoch = 0;
   uint64_t start_batch = 0;
+  // The server will send this job decode work: JPEGs of its batches to decode in its own
+  // process, in the training process's CUDA context (docs/gpu.md, "Decoding in the jobs'
+  // processes"). Only when the job asked (CreateJob::decode_in_job).
+  bool decode_in_job = false;
   bool operator==(const JobInfo&) const = default;
 };
 
@@ -202,8 +214,56 @@ struct Bye {
   bool operator==(const Bye&) const = default;
 };
 
+// The segment that the next decode works' JPEGs lie in: a memfd of `bytes` bytes, attached to
+// this frame (segment_fd.h), replacing the job's previous one. Its data is read-only for the
+// client.
+struct DecodeSegment {
+  uint64_t job_id = 0;
+  uint64_t bytes = 0;
+  bool operator==(const DecodeSegment&) const = default;
+};
+
+// One JPEG of a decode work: its bytes at [offset, offset + length) of the decode segment, to be
+// decoded, resized and cropped by the work's prepare spec to height x width x channels (uint8,
+// HWC), and written at dst_offset of the client's decode buffer.
+struct DecodeItem {
+  uint64_t offset = 0, length = 0;
+  uint32_t height = 0, width = 0, channels = 0;
+  uint64_t dst_offset = 0;
+  bool operator==(const DecodeItem&) const = default;
+};
+
+// JPEGs of one batch build for the job's process to decode on its GPU. The client answers each
+// with one DecodeDone of the same work_id; the server waits for it before its next decode work
+// to this job, so one buffer serves them all.
+struct DecodeWork {
+  uint64_t job_id = 0;
+  uint64_t work_id = 0;
+  std::string prepare;  // the dataset's prepare spec, e.g. "resize=256,crop=256,decode=gpu"
+  uint64_t output_bytes = 0;  // the decode buffer holds at least this many bytes
+  std::vector<DecodeItem> items;
+  bool operator==(const DecodeWork&) const = default;
+};
+
+// The client's answer to a DecodeWork. code != kOk: nothing was decoded (message says why) and
+// the server decodes the work itself, and every later one. Otherwise every item not in `failed`
+// (indices into the work's items; streams its nvJPEG refused, the server decodes them) is in the
+// decode buffer: one device allocation of buffer_bytes exported as a legacy CUDA IPC handle,
+// its first byte buffer_offset bytes from the base the handle names.
+struct DecodeDone {
+  uint64_t job_id = 0;
+  uint64_t work_id = 0;
+  StatusCode code = StatusCode::kOk;
+  std::string message;
+  std::string buffer_handle;  // kIpcHandleBytes, or empty when code != kOk
+  uint64_t buffer_offset = 0, buffer_bytes = 0;
+  std::vector<uint32_t> failed;
+  bool operator==(const DecodeDone&) const = default;
+};
+
 using Message = std::variant<Hello, HelloReply, CreateJob, JobInfo, BatchReady, Release, Heartbeat,
-                             StatsRequest, StatsReply, Error, EndOfData, Bye>;
+                             StatsRequest, StatsReply, Error, EndOfData, Bye, DecodeSegment,
+                             DecodeWork, DecodeDone>;
 
 MessageType TypeOf(const Message& message);
 

@@ -21,10 +21,10 @@ Status CheckFrameFds(MessageType type, size_t fds) {
   if (fds == expected) return Status::OK();
   if (expected == 1) {
     return Status::Corruption(fmt::format(
-        "the {} frame came without its batch segment (expected 1 file descriptor over the unix "
+        "the {} frame came without its {} segment (expected 1 file descriptor over the unix "
         "socket, got {}); is the peer a carpool server of this version, reached directly and not "
         "through a proxy that drops SCM_RIGHTS?",
-        MessageTypeName(type), fds));
+        MessageTypeName(type), type == MessageType::kDecodeSegment ? "decode" : "batch", fds));
   }
   return Status::Corruption(fmt::format(
       "a {} frame came with {} file descriptors, which it never carries; is the peer a carpool "

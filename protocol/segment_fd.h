@@ -1,7 +1,8 @@
 // A job's batch segment travels as a memfd over the job's own socket (SCM_RIGHTS), as Wayland and
 // PipeWire pass buffers: nothing in /dev/shm names it, so no other process can open it. The fd
-// rides on the first byte of the job-info frame (CarriesFd). Thread-safe: free functions over the
-// OS; a SharedMapping is thread-compatible.
+// rides on the first byte of the job-info frame (CarriesFd); a decode job's decode segment, the
+// JPEGs of its decode work, rides the same way on the decode-segment frame. Thread-safe: free
+// functions over the OS; a SharedMapping is thread-compatible.
 #ifndef CARPOOL_PROTOCOL_SEGMENT_FD_H_
 #define CARPOOL_PROTOCOL_SEGMENT_FD_H_
 
@@ -20,9 +21,12 @@
 
 namespace carpool::protocol {
 
-// The frames that carry a file descriptor: a job-info carries its job's batch segment; no other
+// The frames that carry a file descriptor, exactly one each: a job-info carries its job's batch
+// segment, a decode-segment the segment that the job's next decode works' JPEGs lie in; no other
 // frame carries any.
-inline constexpr bool CarriesFd(MessageType type) { return type == MessageType::kJobInfo; }
+inline constexpr bool CarriesFd(MessageType type) {
+  return type == MessageType::kJobInfo || type == MessageType::kDecodeSegment;
+}
 
 // A frame of `type` arrived with `fds` descriptors: OK, or Corruption naming both.
 Status CheckFrameFds(MessageType type, size_t fds);

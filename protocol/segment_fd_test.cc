@@ -34,7 +34,15 @@ ino_t Inode(int fd) {
   return st.st_ino;
 }
 
-TEST(SegmentFdTest, OnlyJobInfoCarriesAnFd) {
+TEST(SegmentFdTest, OnlyJobInfoAndDecodeSegmentCarryAnFd) {
+  for (uint16_t t = kMinMessageType; t <= kMaxMessageType; ++t) {
+    const auto type = static_cast<MessageType>(t);
+    const bool carries = type == MessageType::kJobInfo || type == MessageType::kDecodeSegment;
+    EXPECT_EQ(CarriesFd(type), carries) << MessageTypeName(type);
+    EXPECT_TRUE(CheckFrameFds(type, carries ? 1 : 0).ok()) << MessageTypeName(type);
+    EXPECT_EQ(CheckFrameFds(type, carries ? 0 : 1).code(), StatusCode::kCorruption)
+        << MessageTypeName(type);
+  }
   EXPECT_TRUE(CheckFrameFds(MessageType::kJobInfo, 1).ok());
   EXPECT_TRUE(CheckFrameFds(MessageType::kBatchReady, 0).ok());
   Status missing = CheckFrameFds(MessageType::kJobInfo, 0);
@@ -43,6 +51,25 @@ TEST(SegmentFdTest, OnlyJobInfoCarriesAnFd) {
       << missing.message();
   EXPECT_EQ(CheckFrameFds(MessageType::kBatchReady, 1).code(), StatusCode::kCorruption);
   EXPECT_EQ(CheckFrameFds(MessageType::kJobInfo, 2).code(), StatusCode::kCorruption);
+}
+
+// A decode-segment frame carries the memfd its decode work's JPEGs lie in; without it the message
+// names that segment, not the batch segment.
+TEST(SegmentFdTest, DecodeSegmentCarriesItsSegment) {
+  EXPECT_TRUE(CarriesFd(MessageType::kDecodeSegment));
+  EXPECT_FALSE(CarriesFd(MessageType::kDecodeWork));
+  EXPECT_FALSE(CarriesFd(MessageType::kDecodeDone));
+  EXPECT_TRUE(CheckFrameFds(MessageType::kDecodeSegment, 1).ok());
+  EXPECT_TRUE(CheckFrameFds(MessageType::kDecodeWork, 0).ok());
+  EXPECT_TRUE(CheckFrameFds(MessageType::kDecodeDone, 0).ok());
+  Status missing = CheckFrameFds(MessageType::kDecodeSegment, 0);
+  EXPECT_EQ(missing.code(), StatusCode::kCorruption);
+  EXPECT_NE(missing.message().find("the decode-segment frame came without its decode segment"),
+            std::string::npos)
+      << missing.message();
+  EXPECT_EQ(CheckFrameFds(MessageType::kDecodeSegment, 2).code(), StatusCode::kCorruption);
+  EXPECT_EQ(CheckFrameFds(MessageType::kDecodeWork, 1).code(), StatusCode::kCorruption);
+  EXPECT_EQ(CheckFrameFds(MessageType::kDecodeDone, 1).code(), StatusCode::kCorruption);
 }
 
 // The fd arrives with the first byte, not with the bytes after it, and names the sender's file.

@@ -60,14 +60,20 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags \
   -DCMAKE_SHARED_LINKER_FLAGS=-Wl,--disable-new-dtags >/dev/null
 echo "bundle: building carpool and libcarpool.so (-j$JOBS)"
-cmake --build "$BUILD" -j "$JOBS" --target carpool carpool_c
+TARGETS=(carpool carpool_c)
+# GPU decode in the jobs' processes (server/job_decode.h): libcarpool dlopens it from its lib/.
+cmake --build "$BUILD" --target help | grep -q '^carpool_job_decode:' && TARGETS+=(carpool_job_decode)
+cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
 BIN="$BUILD/tools/carpool"
 LIB=$(readlink -f "$BUILD/client/libcarpool.so")
+JOB_DECODE="$BUILD/client/libcarpool_job_decode.so"
+[ -f "$JOB_DECODE" ] || JOB_DECODE=""
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/python"
 cp "$BIN" "$OUT/bin/carpool"
 cp "$LIB" "$OUT/lib/libcarpool.so"
+[ -n "$JOB_DECODE" ] && cp "$JOB_DECODE" "$OUT/lib/libcarpool_job_decode.so"
 
 # Libraries the target machine provides: glibc's, the C++ runtime, the NVIDIA driver's.
 SYSTEM='^(linux-vdso\.so|ld-linux|libc\.so|libm\.so|libmvec\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so|libnsl\.so|libBrokenLocale\.so|libnss_|libthread_db\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libnvidia)'
@@ -83,7 +89,7 @@ while read -r name path; do
   [ -n "${SOURCE[$soname]:-}" ] && continue
   SOURCE[$soname]=$(readlink -f "$path")
   cp -L "$path" "$OUT/lib/$soname"
-done < <(ldd "$BIN" "$LIB" | awk '$2 == "=>" { print $1, $3 }' | sort -u)
+done < <(ldd "$BIN" "$LIB" $JOB_DECODE | awk '$2 == "=>" { print $1, $3 }' | sort -u)
 
 chmod u+w "$OUT"/bin/* "$OUT"/lib/*
 strip --strip-unneeded "$OUT/bin/carpool" "$OUT"/lib/*

@@ -70,6 +70,8 @@ struct EngineOptions {
   // --gpu-decode: GPU jobs' JPEGs decoded on their GPU (decode=gpu keys, docs/gpu.md).
   GpuDecode gpu_decode = GpuDecode::kAuto;
   uint64_t gpu_decode_bytes = uint64_t{512} << 20;  // decoded images held at once per GPU
+  // --job-decode: a GPU job's JPEGs decoded in its own process where it offers to (job_decode.h).
+  bool job_decode = true;
   // A data-parallel job whose ranks have not all joined this long after its first fails.
   std::chrono::milliseconds rank_join_timeout{60000};
   // The cross-node partition's seed (sampler/node_partition.h): the same on every node of a sweep.

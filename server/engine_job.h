@@ -32,6 +32,8 @@ struct EngineJob {
   TransformSpec transform;
   ImageShape image;  // of one transformed sample
   std::shared_ptr<JobSink> sink;
+  // Its process decodes its builds' JPEGs (JobInfo::decode_in_job): sink's job_decoder().
+  JobDecoder* decoder = nullptr;
   std::unique_ptr<BatchPool> pool;  // labels and ids (and the images of a CPU job)
   GpuService* gpu = nullptr;       // the GPU that builds its batches, or null for the CPU
   std::unique_ptr<DeviceSlots> device_slots;  // images and int64 labels, slot i = pool slot i

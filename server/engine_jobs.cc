@@ -204,6 +204,11 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
   if (job->device_slots) {
     info.device = job->device_slots->device();
     info.device_handle = job->device_slots->ipc_handle();
+    if (request.decode_in_job && options_.job_decode && job->prepare.gpu_decode &&
+        !job->gpu->decoder().empty() && job->sink->job_decoder() != nullptr) {
+      job->decoder = job->sink->job_decoder();
+      info.decode_in_job = true;
+    }
     info.device_pci_bus_id = job->device_slots->pci_bus_id();
     info.device_slot_stride = job->device_slots->stride();
     info.device_slot_bytes = job->device_slots->slot_bytes();
@@ -358,6 +363,7 @@ void Engine::RemoveJob(uint64_t job_id) {
     woken_ = true;
   }
   wake_.notify_one();
+  if (job->decoder != nullptr) job->gpu->ForgetJobDecoder(job->decoder);  // no build of it is left
   job.reset();  // unlinks the batch segment outside the lock
 #ifdef __GLIBC__
   // A dataset's last job left: give its per-sample state's freed pages back to the system (glibc

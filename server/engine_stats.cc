@@ -46,7 +46,8 @@ JobSnapshot Engine::SnapshotJob(const Job& job) const {
   j.prepare_spec = job.prepare_spec;
   // A CPU job on a dataset registered with decode=gpu decodes its encoded samples on the CPU.
   j.decoder = job.prepare.gpu_decode && job.gpu != nullptr && !job.gpu->decoder().empty()
-                  ? "gpu-" + job.gpu->decoder()
+                  ? "gpu-" + job.gpu->decoder() +
+                        (job.decoder != nullptr && job.decoder->enabled() ? "-in-job" : "")
                   : "cpu";
   if (job.source != nullptr) job.source->Describe(j);
   return j;
@@ -169,6 +170,9 @@ Json ServerJson(const EngineSnapshot& s) {
                     {"decoded_bytes", g.decoded_bytes},
                     {"undecodable", g.undecodable},
                     {"decode_seconds", g.decode_seconds},
+                    {"job_decodes", g.job_decodes},
+                    {"job_decode_failures", g.job_decode_failures},
+                    {"job_decode_seconds", g.job_decode_seconds},
                     {"build_phase_seconds",
                      {{"lock", g.phases.lock},
                       {"inspect", g.phases.inspect},
@@ -176,7 +180,11 @@ Json ServerJson(const EngineSnapshot& s) {
                       {"resize", g.phases.resize},
                       {"cpu_decode", g.phases.cpu_decode},
                       {"decode_wait", g.phases.decode_wait},
-                      {"sync", g.phases.sync}}}});
+                      {"sync", g.phases.sync},
+                      {"job_copy", g.phases.job_copy},
+                      {"job_wait", g.phases.job_wait},
+                      {"job_copy_out", g.phases.job_copy_out},
+                      {"assemble", g.phases.assemble}}}});
   }
   const cache::CacheStats& c = s.cache;
   const uint64_t preparations = s.preparations();

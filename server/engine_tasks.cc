@@ -230,6 +230,7 @@ void Engine::AssembleInto(const BatchTask& task, AssembleResult& out) {
     request.slots = job.device_slots.get();
     request.slot = task.slot.index;
     request.prepare = &job.prepare;
+    request.job_decoder = job.decoder;
     std::vector<std::pair<size_t, Status>> undecodable;
     request.undecodable = &undecodable;
     WorkerPhases::Scope phase(phases_, WorkerPhase::kGpuBuild);

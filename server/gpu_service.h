@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "carpool/status.h"
+#include "server/job_decode.h"
 #include "server/prepare.h"
 #include "server/transform.h"
 
@@ -56,6 +57,10 @@ struct DeviceBatchRequest {
   // decodes (damaged files); Build then returns Corruption without building, and the caller
   // builds again without them. Required when any view is encoded.
   std::vector<std::pair<size_t, Status>>* undecodable = nullptr;
+  // The job's process, where it decodes for the server (job_decode.h): the build's JPEGs are
+  // decoded there and copied into the resident area; what it leaves, the server decodes. Null:
+  // the server decodes them all.
+  JobDecoder* job_decoder = nullptr;
 };
 
 // Counters of one GPU since the server started (read without locks; each is monotonic except
@@ -77,12 +82,18 @@ struct GpuCounters {
   std::string decoder;
   uint64_t gpu_decodes = 0, cpu_fallbacks = 0, decoded_bytes = 0, undecodable = 0;
   double decode_seconds = 0;  // of Build's wall time, spent decoding and resizing
+  // Decoded in the jobs' own processes (job_decode.h): images, the wall time of those round
+  // trips (apart from decode_seconds), and works a job failed or missed (the server decoded them).
+  uint64_t job_decodes = 0, job_decode_failures = 0;
+  double job_decode_seconds = 0;
   // Build's wall time by phase, to tell where a slow build waits: for the previous build (lock),
   // nvJPEG's header parse, its decode call, the resize launch, CPU decode of what nvJPEG refused,
-  // the stream between decode batches, and the final wait for the batch's GPU work.
+  // the stream between decode batches, and the final wait for the batch's GPU work; with decode
+  // in the jobs' processes, copying the JPEGs into the job's segment, waiting for its answer,
+  // and enqueueing the copies out of its buffer and the assembly.
   struct BuildPhases {
     double lock = 0, inspect = 0, nvjpeg = 0, resize = 0, cpu_decode = 0, decode_wait = 0,
-           sync = 0;
+           sync = 0, job_copy = 0, job_wait = 0, job_copy_out = 0, assemble = 0;
   } phases;
 };
 
@@ -110,6 +121,9 @@ class GpuService {
   // The decoded samples its resident area holds (capacity over the mean block), 0 before its
   // first GPU decode: a decoded sample is shared only while it stays there. O(1), no lock.
   virtual uint64_t DecodedSamplesHeld() const = 0;
+  // Unmaps what a job's decoder exported to this GPU; called once its job is gone (no build of it
+  // runs or will). Waits for a build in flight.
+  virtual void ForgetJobDecoder(const JobDecoder* decoder) = 0;
 };
 
 struct GpuServiceOptions {

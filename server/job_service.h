@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "server/job_decode.h"
 #include "carpool/status.h"
 #include "protocol/protocol.h"
 
@@ -28,6 +29,8 @@ class JobSink {
   // A failure that ends the job (e.g. its dataset vanished). The client's Next() returns it; the
   // job stays until the client leaves, so RemoveJob still follows.
   virtual void DeliverError(const Status& status) = 0;
+  // The job's process as a GPU decoder (job_decode.h), or null when the sink cannot be one.
+  virtual JobDecoder* job_decoder() { return nullptr; }
 };
 
 // Implemented by the engine. Release is called on the control plane's io thread; CreateJob runs in

@@ -169,6 +169,12 @@ std::string RenderPrometheus(const EngineSnapshot& s) {
   per_gpu("carpool_gpu_decoded_bytes_total", "counter",
           "Encoded bytes read from the host cache's encoded tier for GPU decode",
           &GpuCounters::decoded_bytes);
+  per_gpu("carpool_gpu_job_decodes_total", "counter",
+          "Encoded samples the jobs' own processes decoded for this GPU (--job-decode)",
+          &GpuCounters::job_decodes);
+  per_gpu("carpool_gpu_job_decode_failures_total", "counter",
+          "Decode works a job failed or missed, which the server then decoded",
+          &GpuCounters::job_decode_failures);
   per_gpu("carpool_gpu_undecodable_total", "counter",
           "Encoded samples neither nvJPEG nor the CPU could decode", &GpuCounters::undecodable);
   return out;

@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
@@ -126,6 +128,7 @@ void Session::Dispatch(protocol::Message message) {
     });
     return;
   }
+  if (auto* done = std::get_if<DecodeDone>(&message)) return OnDecodeDone(std::move(*done));
   if (std::holds_alternative<Bye>(message)) return Close("bye");
   Reject(Status::InvalidArgument(
       fmt::format("a client may not send {} frames", MessageTypeName(TypeOf(message)))));
@@ -351,7 +354,127 @@ void Session::Close(const std::string& reason) {
     log::Debug("session closed: {}", reason);
   }
   unreleased_.clear();
+  {
+    MutexLock lock(decode_mu_);
+    decode_closed_ = true;  // a build waiting for this job's decode goes on without it
+  }
+  decode_cv_.notify_all();
   plane_.SessionClosed(shared_from_this());
+}
+
+void Session::OnDecodeDone(protocol::DecodeDone done) {
+  if (!job_id_ || done.job_id != *job_id_) {
+    return Reject(Status::InvalidArgument(
+        fmt::format("decode-done for job {}, but this connection's job is {}", done.job_id,
+                    job_id_ ? std::to_string(*job_id_) : "none")));
+  }
+  {
+    MutexLock lock(decode_mu_);
+    if (done.work_id != decode_work_id_ || decode_done_) return;  // late: its build went on
+    decode_done_ = std::move(done);
+  }
+  decode_cv_.notify_all();
+}
+
+Result<UniqueFd> Session::EnsureDecodeSegment(uint64_t bytes) {
+  if (decode_segment_ != nullptr && decode_segment_->size() >= bytes) return UniqueFd();
+  // Twice what this work needs, at least 64 MiB: room for batches of larger JPEGs to come.
+  const uint64_t size =
+      std::max<uint64_t>(uint64_t{64} << 20, (2 * bytes + 0xFFFFF) & ~uint64_t{0xFFFFF});
+  UniqueFd fd(::memfd_create("carpool-decode", MFD_CLOEXEC));
+  if (!fd.valid()) {
+    return Status::IOError(fmt::format("cannot create a {}-byte decode segment (memfd_create): {}",
+                                       size, std::strerror(errno)));
+  }
+  if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
+    return Status::ResourceExhausted(fmt::format(
+        "cannot size the decode segment to {} bytes: {}", size, std::strerror(errno)));
+  }
+  Result<std::unique_ptr<protocol::SharedMapping>> mapped =
+      protocol::SharedMapping::Map(fd.get(), size, "the decode segment");
+  if (!mapped.ok()) return mapped.status();
+  decode_segment_ = std::move(*mapped);
+  return fd;
+}
+
+Result<JobDecodeResult> Session::Decode(std::string_view prepare_spec,
+                                        std::span<const JobDecodeItem> items,
+                                        uint64_t output_bytes,
+                                        std::chrono::milliseconds deadline) {
+  auto disable = [this](Status s) {
+    if (decode_enabled_.exchange(false)) {
+      log::Warn("GPU decode in a job's process is off for that job from now on (the server "
+                "decodes its JPEGs): {}",
+                s.ToString());
+    }
+    return s;
+  };
+  if (!decode_enabled_.load()) return Status::FailedPrecondition("the job decodes no more");
+  uint64_t total = 0;
+  for (const JobDecodeItem& it : items) total += it.encoded.size();
+  Result<UniqueFd> fresh = EnsureDecodeSegment(total);
+  if (!fresh.ok()) return disable(fresh.status());
+  protocol::DecodeWork work;
+  work.prepare = std::string(prepare_spec);
+  work.output_bytes = output_bytes;
+  work.items.reserve(items.size());
+  const auto copy_start = std::chrono::steady_clock::now();
+  uint64_t at = 0;
+  for (const JobDecodeItem& it : items) {
+    std::memcpy(decode_segment_->data() + at, it.encoded.data(), it.encoded.size());
+    work.items.push_back({at, it.encoded.size(), it.height, it.width, it.channels, it.dst_offset});
+    at += it.encoded.size();
+  }
+  {
+    MutexLock lock(decode_mu_);
+    if (decode_closed_) return disable(Status::Unavailable("the job's connection closed"));
+    work.work_id = ++decode_work_id_;
+    decode_done_.reset();
+  }
+  const uint64_t segment_bytes = decode_segment_->size();
+  OnIo([this, work = std::move(work), fd = std::make_shared<UniqueFd>(std::move(*fresh)),
+        segment_bytes]() mutable {
+    if (closed_ || !job_id_) return;
+    work.job_id = *job_id_;
+    if (fd->valid()) Reply(protocol::DecodeSegment{*job_id_, segment_bytes}, std::move(*fd));
+    Reply(work);
+  });
+  const std::chrono::milliseconds wait = deadline;
+  const auto wait_start = std::chrono::steady_clock::now();
+  protocol::DecodeDone done;
+  {
+    MutexLock lock(decode_mu_);
+    const bool answered = decode_mu_.WaitFor(decode_cv_, wait, [this]() REQUIRES(decode_mu_) {
+      return decode_done_.has_value() || decode_closed_;
+    });
+    if (!answered || !decode_done_) {
+      return disable(Status::Unavailable(fmt::format(
+          "the job did not answer decode work {} ({} JPEGs) within {} ms", decode_work_id_,
+          items.size(), wait.count())));
+    }
+    done = std::move(*decode_done_);
+    decode_done_.reset();
+  }
+  if (done.code != StatusCode::kOk) return disable(Status(done.code, done.message));
+  if (done.buffer_handle.size() != protocol::kIpcHandleBytes ||
+      done.buffer_offset > done.buffer_bytes ||
+      done.buffer_bytes - done.buffer_offset < output_bytes) {
+    return disable(Status::Corruption(fmt::format(
+        "the job's decode buffer ({} bytes from offset {}) cannot hold the work's {} bytes",
+        done.buffer_bytes, done.buffer_offset, output_bytes)));
+  }
+  for (uint32_t i : done.failed) {
+    if (i >= items.size()) {
+      return disable(Status::Corruption(fmt::format(
+          "the job says item {} of a {}-item decode work failed", i, items.size())));
+    }
+  }
+  const auto seconds = [](auto from, auto to) {
+    return std::chrono::duration<double>(to - from).count();
+  };
+  return JobDecodeResult{std::move(done.buffer_handle), done.buffer_offset, done.buffer_bytes,
+                         std::move(done.failed), seconds(copy_start, wait_start),
+                         seconds(wait_start, std::chrono::steady_clock::now())};
 }
 
 void Session::SendBatch(const protocol::BatchReady& batch) {

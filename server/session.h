@@ -5,7 +5,9 @@
 #ifndef CARPOOL_SERVER_SESSION_H_
 #define CARPOOL_SERVER_SESSION_H_
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -18,15 +20,17 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "protocol/protocol.h"
+#include "protocol/segment_fd.h"
 #include "server/job_service.h"
 
 namespace carpool {
 
 class ControlPlane;
 
-class Session : public JobSink, public std::enable_shared_from_this<Session> {
+class Session : public JobSink, public JobDecoder, public std::enable_shared_from_this<Session> {
  public:
   Session(boost::asio::local::stream_protocol::socket socket, ControlPlane& plane);
   void Start();
@@ -36,6 +40,13 @@ class Session : public JobSink, public std::enable_shared_from_this<Session> {
   void DeliverBatch(const protocol::BatchReady& batch) override;
   void DeliverEndOfData(uint32_t epochs_completed) override;
   void DeliverError(const Status& status) override;
+  JobDecoder* job_decoder() override { return this; }
+
+  // JobDecoder: from a build's worker thread.
+  bool enabled() const override { return decode_enabled_.load(); }
+  Result<JobDecodeResult> Decode(std::string_view prepare_spec,
+                                 std::span<const JobDecodeItem> items, uint64_t output_bytes,
+                                 std::chrono::milliseconds deadline) override;
 
  private:
   void ReadHeader();
@@ -50,6 +61,10 @@ class Session : public JobSink, public std::enable_shared_from_this<Session> {
   // Runs `fn` on the io thread; while the job is being created, after its job-info reply.
   void OnIo(std::function<void()> fn);  // any thread
   void OnRelease(const protocol::Release& release);
+  void OnDecodeDone(protocol::DecodeDone done);
+  // Grows the decode segment to hold `bytes` (worker thread). The new one's fd, or an invalid fd
+  // when the current one is large enough.
+  Result<UniqueFd> EnsureDecodeSegment(uint64_t bytes);
   // Sends an error and closes once it is written: for protocol violations.
   void Reject(const Status& status);
   void Reply(const protocol::Message& message, UniqueFd fd = {});
@@ -86,6 +101,15 @@ class Session : public JobSink, public std::enable_shared_from_this<Session> {
   std::vector<std::function<void()>> held_;
   uint32_t credits_ = 0;  // the job's prefetch depth
   std::set<std::pair<uint32_t, uint64_t>> unreleased_;  // (slot, generation) delivered
+
+  // GPU decode in the job's process: the build waiting for its answer, on a worker thread.
+  std::atomic<bool> decode_enabled_{true};  // false after any failure, for good
+  Mutex decode_mu_;
+  std::condition_variable decode_cv_;
+  uint64_t decode_work_id_ GUARDED_BY(decode_mu_) = 0;        // the work awaited
+  std::optional<protocol::DecodeDone> decode_done_ GUARDED_BY(decode_mu_);
+  bool decode_closed_ GUARDED_BY(decode_mu_) = false;         // the session closed
+  std::unique_ptr<protocol::SharedMapping> decode_segment_;  // the worker thread's
 };
 
 }  // namespace carpool

@@ -61,6 +61,14 @@ Result<protocol::JobInfo> TestJobService::CreateJob(const protocol::CreateJob& r
   info.segment_name = job->pool->name();
   info.slot_count = job->pool->slot_count();
   info.slot_bytes = job->pool->slot_bytes();
+  // The test drives the job's decoder itself (DecoderOf): a job that offers gets decode work.
+  info.decode_in_job = request.decode_in_job && job->sink->job_decoder() != nullptr;
+  if (info.decode_in_job) {  // only a GPU job decodes: described as one (a raw client ignores it)
+    info.device = 0;
+    info.device_handle.assign(protocol::kIpcHandleBytes, '\0');
+    info.device_pci_bus_id = "0000:00:00.0";
+    info.device_slot_stride = info.device_slot_bytes = 256;
+  }
   {
     MutexLock lock(mu_);
     jobs_[info.job_id] = job;
@@ -145,6 +153,16 @@ std::string TestJobService::Stats(uint64_t job_id) {
                                 {"unreleased", j.pool->PublishedCount()},
                                 {"max_unreleased", j.max_unreleased.load()}}
       .dump();
+}
+
+}  // namespace carpool
+
+namespace carpool {
+
+std::shared_ptr<JobSink> TestJobService::DecoderOf(uint64_t job_id) {
+  MutexLock lock(mu_);
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() || !it->second->info.decode_in_job ? nullptr : it->second->sink;
 }
 
 }  // namespace carpool

@@ -36,6 +36,9 @@ class TestJobService : public JobService {
   // {"active_jobs":N,"removed_jobs":M} or, for a job,
   // {"job":ID,"delivered":D,"unreleased":U,"max_unreleased":X}.
   std::string Stats(uint64_t job_id) override;
+  // The job's sink (its session; job_decoder() is the job's process as a decoder) when its
+  // job-info said decode_in_job; else null.
+  std::shared_ptr<JobSink> DecoderOf(uint64_t job_id);
 
  private:
   struct Job {

@@ -101,7 +101,7 @@ void InstallCrashReport() {
 int Serve(int argc, char** argv) {
   std::string state_dir, socket, cache_size = "1GiB", policy = "refcnt", lease = "2s";
   std::string gpus = "all", gpu_cache_size = "2GiB", metrics, rank_join_timeout = "60s", group;
-  std::string pacing = "on", gpu_decode = "auto", gpu_decode_memory = "512MiB";
+  std::string pacing = "on", gpu_decode = "auto", gpu_decode_memory = "512MiB", job_decode = "on";
   uint32_t workers = 0, max_jobs = ControlPlaneOptions{}.max_jobs;
   uint64_t lookahead = kDefaultLookahead, seed = 1, partition_seed = kDefaultPartitionSeed;
   po::options_description opts;
@@ -137,6 +137,10 @@ int Serve(int argc, char** argv) {
       "auto | on | off: decode GPU jobs' JPEGs on their GPU with nvJPEG (the JPEG engines where "
       "the GPU has them); their samples are then prepared apart from CPU jobs' (decode=gpu, "
       "docs/gpu.md). auto: where libnvjpeg loads; on: fail to start without it (default auto)")(
+      "job-decode", po::value(&job_decode),
+      "on | off: with GPU decode, a GPU job's JPEGs are decoded in the job's own process (its "
+      "CUDA context: beside training that costs the trainer a quarter of a decode in the server's "
+      "context) where its client offers to; the server decodes what it does not (default on)")(
       "gpu-decode-memory", po::value(&gpu_decode_memory),
       "device memory per GPU for decoded images awaiting their resize (default 512MiB)")(
       "metrics", po::value(&metrics),
@@ -191,6 +195,11 @@ int Serve(int argc, char** argv) {
         fmt::format("--pacing \"{}\": use on or off", pacing)));
   }
   eo.pacing = pacing == "on";
+  if (job_decode != "on" && job_decode != "off") {
+    return Fail(Status::InvalidArgument(fmt::format(
+        "--job-decode {}: use on or off", job_decode)));
+  }
+  eo.job_decode = job_decode == "on";
   if (workers > kMaxWorkers) {
     return Fail(Status::InvalidArgument(fmt::format(
         "--workers {} is more than the limit of {}; 0 means one per core", workers, kMaxWorkers)));

@@ -37,6 +37,7 @@ COLUMNS = [
     ("H2D B/img", lambda s, cp, bl: cp.get("h2d_bytes_per_image"), ".0f"),
     ("decoder", lambda s, cp, bl: cp.get("decoder"), "s"),
     ("GPU decodes", lambda s, cp, bl: (cp.get("gpu") or {}).get("gpu_decodes"), "d"),
+    ("decoded in the jobs", lambda s, cp, bl: (cp.get("gpu") or {}).get("job_decodes"), "d"),
     ("JPEG util % mean/max",
      lambda s, cp, bl: (lambda u: None if u.get("jpg_pct_mean") is None
                         else f"{u['jpg_pct_mean']:.0f}/{u['jpg_pct_max']}")(

@@ -27,8 +27,11 @@ class PhaseTimer {
 
 }  // namespace
 
-BatchDecoder::BatchDecoder(std::unique_ptr<JpegDecoder> decoder, uint64_t scratch_bytes)
-    : decoder_(std::move(decoder)), scratch_cap_(std::max<uint64_t>(scratch_bytes, 1)) {}
+BatchDecoder::BatchDecoder(std::unique_ptr<JpegDecoder> decoder, uint64_t scratch_bytes,
+                           bool cpu_fallback)
+    : decoder_(std::move(decoder)),
+      scratch_cap_(std::max<uint64_t>(scratch_bytes, 1)),
+      cpu_fallback_(cpu_fallback) {}
 
 std::string BatchDecoder::backend() const {
   return decoder_ ? JpegBackendName(decoder_->backend()) : "cpu";
@@ -175,6 +178,12 @@ Status BatchDecoder::Decode(const PrepareSpec& spec, std::span<const DecodeTarge
   std::vector<PreparedImage> host;  // alive until the copies below have completed
   host.reserve(cpu.size());
   for (const DecodeTarget* t : cpu) {
+    if (!cpu_fallback_) {
+      failed->emplace_back(t->index,
+                           Status::Unavailable("left to the server: nvJPEG does not decode it"));
+      ++counts->failed;
+      continue;
+    }
     Result<PreparedImage> image = PrepareGpuPixelsOnCpu(spec, t->encoded);
     if (image.ok() && !(image->shape == t->shape)) {
       image = Status::Corruption(fmt::format(

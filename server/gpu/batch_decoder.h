@@ -45,7 +45,10 @@ class BatchDecoder {
  public:
   // On the current device. `decoder` may be null: every target is then decoded on the CPU.
   // `scratch_bytes` caps the device memory holding decoded, not yet resized images.
-  BatchDecoder(std::unique_ptr<JpegDecoder> decoder, uint64_t scratch_bytes);
+  // `cpu_fallback` false: what nvJPEG refuses goes to `failed` instead of the CPU (a job's
+  // process decoding for the server leaves those to the server).
+  BatchDecoder(std::unique_ptr<JpegDecoder> decoder, uint64_t scratch_bytes,
+               bool cpu_fallback = true);
 
   // "hardware", "gpu-hybrid", or "cpu" without an nvJPEG decoder.
   std::string backend() const;
@@ -72,6 +75,7 @@ class BatchDecoder {
 
   std::unique_ptr<JpegDecoder> decoder_;
   uint64_t scratch_cap_;
+  bool cpu_fallback_;
   DeviceBuffer scratch_;         // decoded RGB images of one decode batch
   DeviceBuffer descriptors_;     // ResizeImage table of one resize launch
   PinnedHostBuffer staging_;     // the same table, host side

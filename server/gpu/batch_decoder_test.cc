@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -120,6 +121,55 @@ TEST_F(BatchDecoderTest, GivesTheCpuPixelsOfTheDecodeGpuSpecAndReportsWhatItCann
   // The JPEG engines replicate chroma with libjpeg-turbo's integer IDCT: the same bytes. The
   // hybrid backend's IDCT differs by up to 3 levels before the resize (docs/gpu.md).
   EXPECT_LE(worst, hardware_ ? 0 : 3);
+}
+
+// Without the CPU fallback (a job's process decoding for the server, job_decode_lib.cc), what
+// nvJPEG refuses is left undecoded and reported, for the server to decode; the rest is decoded.
+TEST_F(BatchDecoderTest, WithoutTheCpuFallbackWhatNvjpegRefusesIsLeftForTheServer) {
+  Result<PrepareSpec> spec = ParsePrepareSpec("resize=64,crop=64,decode=gpu");
+  ASSERT_TRUE(spec.ok());
+  Result<std::unique_ptr<JpegDecoder>> d = JpegDecoder::Create(16);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  BatchDecoder job_side(std::move(*d), uint64_t{4} << 20, /*cpu_fallback=*/false);
+  std::vector<std::vector<uint8_t>> files;
+  for (int i = 0; i < 6; ++i) files.push_back(Jpeg(PhotoMat(200, 150, i), {.quality = 90}));
+  files.push_back(Jpeg(PhotoMat(200, 150, 50), {.quality = 90, .progressive = true}));
+  Result<std::vector<uint8_t>> png_bytes = EncodePng(PhotoMat(200, 150, 51), ChannelOrder::kRgb);
+  ASSERT_TRUE(png_bytes.ok());
+  files.push_back(*png_bytes);
+  files.push_back(Damaged(Jpeg(PhotoMat(200, 150, 52), {.quality = 90})));
+  const PreparedShape shape{64, 64, 3};
+  Result<DeviceBuffer> out = DeviceBuffer::Allocate(files.size() * shape.bytes());
+  ASSERT_TRUE(out.ok());
+  ASSERT_EQ(cudaMemset(out->data(), 0xAB, out->bytes()), cudaSuccess);
+  std::vector<DecodeTarget> targets;
+  for (size_t i = 0; i < files.size(); ++i) {
+    targets.push_back({i, files[i], shape, static_cast<uint8_t*>(out->data()) + i * shape.bytes()});
+  }
+  std::vector<std::pair<size_t, Status>> failed;
+  DecodeCounts counts;
+  ASSERT_TRUE(job_side.Decode(*spec, targets, stream_.get(), &failed, &counts).ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
+  EXPECT_EQ(counts.gpu, 6u);
+  EXPECT_EQ(counts.cpu, 0u);
+  std::vector<size_t> left;
+  for (const auto& [index, why] : failed) left.push_back(index);
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<size_t>{6, 7, 8}));  // progressive, PNG, damaged
+  std::vector<uint8_t> host(files.size() * shape.bytes());
+  ASSERT_EQ(cudaMemcpy(host.data(), out->data(), host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 6; i < files.size(); ++i) {  // left as they were: nothing written
+    for (size_t k = 0; k < shape.bytes(); ++k) ASSERT_EQ(host[i * shape.bytes() + k], 0xAB) << i;
+  }
+  for (size_t i = 0; i < 6; ++i) {
+    Result<PreparedImage> want = PrepareGpuPixelsOnCpu(*spec, files[i]);
+    ASSERT_TRUE(want.ok());
+    int diff = 0;
+    for (size_t k = 0; k < shape.bytes(); ++k) {
+      diff = std::max(diff, std::abs(int(host[i * shape.bytes() + k]) - int(want->pixels[k])));
+    }
+    EXPECT_LE(diff, hardware_ ? 0 : 3) << i;
+  }
 }
 
 }  // namespace

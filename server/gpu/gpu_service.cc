@@ -59,7 +59,7 @@ Result<std::pair<uintptr_t, size_t>> AllocationRange(const void* p) {
   return std::pair<uintptr_t, size_t>(static_cast<uintptr_t>(base), bytes);
 }
 
-// Host-to-device copies of many samples, in stream order. One cudaMemcpyBatchAsync pays the
+// Copies of many samples to the device (from the host, or a job's decode buffer), in stream order. One cudaMemcpyBatchAsync pays the
 // per-copy submission cost once (256 separate 196 KiB cudaMemcpyAsync reached 60% of one large
 // copy's bandwidth on an H200); a runtime without it gets one cudaMemcpyAsync per sample.
 Status CopyToDevice(const std::vector<void*>& dst, const std::vector<const void*>& src,
@@ -75,7 +75,7 @@ Status CopyToDevice(const std::vector<void*>& dst, const std::vector<const void*
   (void)cudaGetLastError();  // not supported here: clear it and copy one by one
   for (size_t i = 0; i < dst.size(); ++i) {
     if (Status s = gpu::CudaCheck(
-            cudaMemcpyAsync(dst[i], src[i], bytes[i], cudaMemcpyHostToDevice, stream),
+            cudaMemcpyAsync(dst[i], src[i], bytes[i], cudaMemcpyDefault, stream),
             "cudaMemcpyAsync(sample to resident area)");
         !s.ok()) {
       return s;
@@ -104,6 +104,7 @@ class CudaDeviceSlots : public DeviceSlots {
       memory_.Reset();  // cudaFree waits for work still using it
       pool_bytes_->fetch_sub(memory_bytes_);
       pool_slots_->fetch_sub(count_);
+      pool_jobs_->fetch_sub(1);
     }
   }
 
@@ -115,6 +116,7 @@ class CudaDeviceSlots : public DeviceSlots {
   gpu::DeviceBuffer memory_;
   std::atomic<uint64_t>* pool_bytes_ = nullptr;
   std::atomic<uint64_t>* pool_slots_ = nullptr;
+  std::atomic<uint64_t>* pool_jobs_ = nullptr;
 };
 
 class CudaGpuService : public GpuService {
@@ -135,6 +137,7 @@ class CudaGpuService : public GpuService {
     if (gpu_decodes_.load() == 0 || blocks == 0 || bytes == 0) return 0;
     return resident_capacity_ / std::max<uint64_t>(1, bytes / blocks);
   }
+  void ForgetJobDecoder(const JobDecoder* decoder) override;
 
  private:
   CudaGpuService(int device, std::string name, std::string pci, uint64_t resident_bytes)
@@ -143,6 +146,14 @@ class CudaGpuService : public GpuService {
   // Decodes the encoded samples of a build into their blocks (GPU decode).
   Status DecodeLocked(const DeviceBatchRequest& request,
                       std::span<const gpu::DecodeTarget> targets) REQUIRES(mu_);
+  // Decodes targets in the job's process (request.job_decoder) and copies them into place on
+  // the stream; returns those left for the server (all of them when the job fails).
+  std::vector<gpu::DecodeTarget> DecodeInJobLocked(const DeviceBatchRequest& request,
+                                                   std::span<const gpu::DecodeTarget> targets)
+      REQUIRES(mu_);
+  // The job's decode buffer mapped into this process (opened once per handle), or an error.
+  Result<uint8_t*> MapJobBuffer(const JobDecoder* decoder, const std::string& handle)
+      REQUIRES(mu_);
 
   const int device_;
   const std::string name_, pci_;
@@ -161,13 +172,21 @@ class CudaGpuService : public GpuService {
   gpu::PinnedHostBuffer label_staging_ GUARDED_BY(mu_);
   std::unique_ptr<gpu::BatchDecoder> decode_ GUARDED_BY(mu_);  // null when decoder_name_ is empty
   gpu::DeviceBuffer prepared_scratch_ GUARDED_BY(mu_);  // decoded samples that found no block
+  struct JobBuffer {
+    std::string handle;
+    void* base = nullptr;  // cudaIpcOpenMemHandle's mapping
+  };
+  std::unordered_map<const JobDecoder*, JobBuffer> job_buffers_ GUARDED_BY(mu_);
 
   std::atomic<uint64_t> batches_{0}, images_{0}, uploads_{0}, upload_bytes_{0};
   std::atomic<uint64_t> resident_hits_{0}, resident_evictions_{0}, resident_bytes_{0};
   std::atomic<uint64_t> pool_bytes_{0}, pool_slots_{0};
+  std::atomic<uint64_t> pool_jobs_{0};  // jobs holding batch slots on this GPU
   std::atomic<uint64_t> assemble_ns_{0};
   std::atomic<uint64_t> gpu_decodes_{0}, cpu_fallbacks_{0}, decoded_bytes_{0}, undecodable_{0};
   std::atomic<uint64_t> decode_ns_{0};
+  std::atomic<uint64_t> job_decodes_{0}, job_decode_failures_{0}, job_decode_ns_{0};
+  std::atomic<uint64_t> job_copy_ns_{0}, job_wait_ns_{0}, job_copy_out_ns_{0}, assemble_kernel_ns_{0};
   std::atomic<uint64_t> lock_ns_{0}, inspect_ns_{0}, nvjpeg_ns_{0}, resize_ns_{0},
       cpu_decode_ns_{0}, decode_wait_ns_{0}, sync_ns_{0};  // GpuCounters::BuildPhases
   std::atomic<uint64_t> resident_blocks_{0};
@@ -298,6 +317,8 @@ Result<std::unique_ptr<DeviceSlots>> CudaGpuService::CreateSlots(uint32_t count,
   }
   slots->pool_bytes_ = &pool_bytes_;
   slots->pool_slots_ = &pool_slots_;
+  slots->pool_jobs_ = &pool_jobs_;
+  pool_jobs_ += 1;
   pool_bytes_ += total;
   pool_slots_ += count;
   return std::unique_ptr<DeviceSlots>(std::move(slots));
@@ -408,17 +429,31 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
         sources[i] = decodes[scratch_index.at(request.sample_ids[i])].dst;
       }
     }
-    if (Status s = DecodeLocked(request, decodes); !s.ok()) {
-      for (auto [id, where] : placed) area_.Erase(id);
-      return s;
+    std::vector<gpu::DecodeTarget> left;
+    std::span<const gpu::DecodeTarget> server_decodes = decodes;
+    // Only while this GPU serves one job: with four training processes on an H200 the jobs'
+    // own decodes cost more than the server's (n4 0.56x against 0.90x of the GPU, one call),
+    // while for one job they gain (0.73x against 0.63x; docs/gpu.md).
+    if (request.job_decoder != nullptr && request.job_decoder->enabled() && decode_ &&
+        pool_jobs_.load() == 1) {
+      left = DecodeInJobLocked(request, decodes);
+      server_decodes = left;
+    }
+    if (!server_decodes.empty()) {
+      if (Status s = DecodeLocked(request, server_decodes); !s.ok()) {
+        for (auto [id, where] : placed) area_.Erase(id);
+        return s;
+      }
     }
   }
   uint8_t* base = slots.SlotBase(request.slot);
   const gpu::JobBatchRequest job{*request.spec, views, request.seeds, base,
                                  slots.labels_offset()};
   const std::span<const uint8_t* const> job_sources(sources);
+  const auto assemble_start = std::chrono::steady_clock::now();
   Result<gpu::AssembleStats> stats =
       assembler_->AssembleBatches({&job, 1}, stream, {&job_sources, 1});
+  assemble_kernel_ns_ += NanosSince(assemble_start);
   if (!stats.ok()) return stats.status();
   // Labels as int64 after the images, from a pinned buffer (reused: the stream is synchronized
   // before the next call writes it).
@@ -452,6 +487,97 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
   resident_bytes_ = area_.resident_bytes();
   resident_blocks_ = area_.size();
   return Status::OK();
+}
+
+std::vector<gpu::DecodeTarget> CudaGpuService::DecodeInJobLocked(
+    const DeviceBatchRequest& request, std::span<const gpu::DecodeTarget> targets) {
+  // A job slower than this to answer is not decoding for us: the server takes over. Its first
+  // answer may wait for the process's CUDA context and nvJPEG to start.
+  const bool first = job_buffers_.count(request.job_decoder) == 0;
+  const std::chrono::milliseconds deadline{first ? 30000 : 3000};
+  std::vector<JobDecodeItem> items;
+  items.reserve(targets.size());
+  uint64_t output_bytes = 0;
+  for (const gpu::DecodeTarget& t : targets) {
+    items.push_back({t.encoded, static_cast<uint32_t>(t.shape.height),
+                     static_cast<uint32_t>(t.shape.width), static_cast<uint32_t>(t.shape.channels),
+                     output_bytes});
+    output_bytes += AlignUp(t.shape.bytes(), kSlotAlign);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto all = [&](const Status& why) {
+    ++job_decode_failures_;
+    log::Warn("GPU {}: a job's process did not decode its batch's {} JPEGs; the server decodes "
+              "them: {}",
+              device_, targets.size(), why.ToString());
+    job_decode_ns_ += NanosSince(start);
+    return std::vector<gpu::DecodeTarget>(targets.begin(), targets.end());
+  };
+  Result<JobDecodeResult> done =
+      request.job_decoder->Decode(request.prepare->ToString(), items, output_bytes, deadline);
+  if (!done.ok()) return all(done.status());
+  job_copy_ns_ += static_cast<uint64_t>(done->copy_seconds * 1e9);
+  job_wait_ns_ += static_cast<uint64_t>(done->wait_seconds * 1e9);
+  const auto copy_out_start = std::chrono::steady_clock::now();
+  Result<uint8_t*> base = MapJobBuffer(request.job_decoder, done->buffer_handle);
+  if (!base.ok()) return all(base.status());
+  std::vector<bool> failed(targets.size(), false);
+  for (uint32_t i : done->failed) failed[i] = true;
+  std::vector<void*> dst;
+  std::vector<const void*> src;
+  std::vector<size_t> bytes;
+  std::vector<gpu::DecodeTarget> left;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (failed[i]) {
+      left.push_back(targets[i]);
+      continue;
+    }
+    dst.push_back(targets[i].dst);
+    src.push_back(*base + done->buffer_offset + items[i].dst_offset);
+    bytes.push_back(targets[i].shape.bytes());
+  }
+  if (Status s = CopyToDevice(dst, src, bytes, stream_.get()); !s.ok()) return all(s);
+  job_copy_out_ns_ += NanosSince(copy_out_start);
+  job_decodes_ += dst.size();
+  if (first) {
+    log::Info("GPU {}: a job's process decodes its JPEGs; its first {} took {:.0f} ms, its CUDA "
+              "and nvJPEG start-up included",
+              device_, targets.size(), done->wait_seconds * 1e3);
+  }
+  job_decode_ns_ += NanosSince(start);
+  return left;
+}
+
+Result<uint8_t*> CudaGpuService::MapJobBuffer(const JobDecoder* decoder,
+                                              const std::string& handle) {
+  JobBuffer& buffer = job_buffers_[decoder];
+  if (buffer.base != nullptr && buffer.handle == handle) return static_cast<uint8_t*>(buffer.base);
+  if (buffer.base != nullptr) {  // the job grew its buffer: the old one is freed
+    (void)cudaIpcCloseMemHandle(buffer.base);
+    buffer.base = nullptr;
+  }
+  cudaIpcMemHandle_t h{};
+  std::memcpy(&h, handle.data(), sizeof(h));
+  void* base = nullptr;
+  if (Status s = gpu::CudaCheck(cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess),
+                                "cudaIpcOpenMemHandle(a job's decode buffer)");
+      !s.ok()) {
+    job_buffers_.erase(decoder);
+    return s;
+  }
+  buffer.handle = handle;
+  buffer.base = base;
+  return static_cast<uint8_t*>(base);
+}
+
+void CudaGpuService::ForgetJobDecoder(const JobDecoder* decoder) {
+  FairMutexLock lock(mu_);
+  auto it = job_buffers_.find(decoder);
+  if (it == job_buffers_.end()) return;
+  if (OnDevice(device_).ok() && it->second.base != nullptr) {
+    (void)cudaIpcCloseMemHandle(it->second.base);
+  }
+  job_buffers_.erase(it);
 }
 
 Status CudaGpuService::DecodeLocked(const DeviceBatchRequest& request,
@@ -512,12 +638,16 @@ GpuCounters CudaGpuService::Counters() const NO_THREAD_SAFETY_ANALYSIS {
   c.decoded_bytes = decoded_bytes_.load();
   c.undecodable = undecodable_.load();
   c.decode_seconds = static_cast<double>(decode_ns_.load()) * 1e-9;
+  c.job_decodes = job_decodes_.load();
+  c.job_decode_failures = job_decode_failures_.load();
+  c.job_decode_seconds = static_cast<double>(job_decode_ns_.load()) * 1e-9;
   auto seconds = [](const std::atomic<uint64_t>& ns) {
     return static_cast<double>(ns.load()) * 1e-9;
   };
   c.phases = {seconds(lock_ns_),   seconds(inspect_ns_),     seconds(nvjpeg_ns_),
               seconds(resize_ns_), seconds(cpu_decode_ns_), seconds(decode_wait_ns_),
-              seconds(sync_ns_)};
+              seconds(sync_ns_),   seconds(job_copy_ns_),    seconds(job_wait_ns_),
+              seconds(job_copy_out_ns_), seconds(assemble_kernel_ns_)};
   return c;
 }
 

@@ -294,7 +294,8 @@ class GpuDecodeTest(unittest.TestCase):
         self.assertIn(g0["decoder"], ("hardware", "gpu-hybrid"))
         with self.loader("jpegs", batch_size=16, device="cuda:0") as gpu:
             jobs = self.srv.stats()["jobs"]
-            self.assertEqual([j["decoder"] for j in jobs], ["gpu-" + g0["decoder"]])
+            # Decoded in this process (--job-decode on, the default), by the same nvJPEG path.
+            self.assertEqual([j["decoder"] for j in jobs], ["gpu-" + g0["decoder"] + "-in-job"])
             self.assertTrue(jobs[0]["prepare_spec"].endswith("decode=gpu"), jobs[0])
             got = by_sample_pixels(gpu)
         with self.loader("jpegs-gpu", batch_size=32) as cpu:
@@ -307,7 +308,8 @@ class GpuDecodeTest(unittest.TestCase):
         # differs by a few levels (docs/gpu.md).
         self.assertLessEqual(worst, 0 if g0["decoder"] == "hardware" else 3)
         # Decoded by nvJPEG in this test or, resident since, in another of this class.
-        self.assertGreaterEqual(self.srv.stats()["gpus"][0]["gpu_decodes"], COUNT)
+        g1 = self.srv.stats()["gpus"][0]
+        self.assertGreaterEqual(g1["gpu_decodes"] + g1["job_decodes"], COUNT)
 
     def test_gpu_pixels_are_within_tolerance_of_the_cpu_decode(self):
         with self.loader("jpegs", batch_size=16, device="cuda:0") as gpu, \
@@ -372,8 +374,81 @@ class GpuDecodeTest(unittest.TestCase):
         # The PNG and the progressive JPEG are prepared on the CPU by the workers (decode=gpu
         # pixels), the damaged one fails both decoders in the GPU's build.
         self.assertGreaterEqual(self.srv.stats()["gpu_decode_cpu_fallbacks"], 2)
-        self.assertGreaterEqual(g1["gpu_decodes"] - g0["gpu_decodes"], 12)
+        decoded = lambda g: g["gpu_decodes"] + g["job_decodes"]  # noqa: E731
+        self.assertGreaterEqual(decoded(g1) - decoded(g0), 12)
         self.assertEqual(g1["undecodable"] - g0["undecodable"], 1)
+
+
+class JobDecodeTest(unittest.TestCase):
+    """GPU decode in the job's own process (--job-decode, server/job_decode.h): the same pixels as
+    the server's decode, the server taking over from a job that cannot decode, and the switch."""
+
+    # Fresh servers for each test: a sample decoded once stays resident and is not decoded again.
+    def setUp(self):
+        self.on = GpuServer(gpu_decode="on")
+        self.addCleanup(self.on.close)
+
+    def read(self, srv, **kw):
+        with carpool.Loader("jpegs", socket=srv.socket, timeout=20.0, transform="uint8|nhwc",
+                            seed=5, batch_size=16, device="cuda:0", **kw) as gpu:
+            decoder = srv.stats()["jobs"][0]["decoder"]
+            return by_sample_pixels(gpu), decoder
+
+    def test_the_jobs_decode_gives_the_servers_bytes(self):
+        self.off = GpuServer(gpu_decode="on", job_decode="off")
+        self.addCleanup(self.off.close)
+        on0, off0 = self.on.stats()["gpus"][0], self.off.stats()["gpus"][0]
+        got, on_decoder = self.read(self.on)
+        want, off_decoder = self.read(self.off)
+        on1, off1 = self.on.stats()["gpus"][0], self.off.stats()["gpus"][0]
+        self.assertEqual(on_decoder, "gpu-" + on1["decoder"] + "-in-job")
+        self.assertEqual(off_decoder, "gpu-" + off1["decoder"])
+        self.assertEqual(len(want), COUNT)
+        self.assertEqual(set(got), set(want))
+        for k in want:
+            self.assertTrue(torch.equal(got[k], want[k]), f"sample {k} differs")
+        self.assertGreaterEqual(on1["job_decodes"] - on0["job_decodes"], COUNT)
+        self.assertEqual(on1["gpu_decodes"] - on0["gpu_decodes"], 0)
+        self.assertEqual(on1["job_decode_failures"], 0)
+        self.assertEqual(off1["job_decodes"], 0)
+        self.assertGreaterEqual(off1["gpu_decodes"] - off0["gpu_decodes"], COUNT)
+
+    def test_a_job_told_not_to_offer_is_decoded_by_the_server(self):
+        os.environ["CARPOOL_JOB_DECODE"] = "0"
+        try:
+            g0 = self.on.stats()["gpus"][0]
+            got, decoder = self.read(self.on, epochs=1)
+        finally:
+            del os.environ["CARPOOL_JOB_DECODE"]
+        g1 = self.on.stats()["gpus"][0]
+        self.assertEqual(decoder, "gpu-" + g1["decoder"])
+        self.assertEqual(len(got), COUNT)
+        self.assertEqual(g1["job_decodes"], g0["job_decodes"])
+
+    def test_a_job_whose_decode_fails_is_taken_over_and_loses_nothing(self):
+        # Its decode library lacks the entry points (libcarpool.so itself): its first answer is an
+        # error, and the server decodes that batch and every later one. A child process, since
+        # the library is resolved once per process.
+        g0 = self.on.stats()["gpus"][0]
+        script = (
+            "import carpool, collections, sys\n"
+            "l = carpool.Loader('jpegs', socket=sys.argv[1], timeout=40.0, batch_size=16,\n"
+            "                   device='cuda:0', transform='uint8|nhwc', epochs=2)\n"
+            "ids = []\n"
+            "for e in range(2):\n"
+            "    for images, _ in l:\n"
+            "        ids += l.ids.tolist()\n"
+            "c = collections.Counter(ids)\n"
+            "print(len(c), sorted(set(c.values())))\n"
+            "l.close()\n")
+        env = dict(os.environ, CARPOOL_JOB_DECODE_LIB=str(carpool._ffi.library_path()))
+        out = subprocess.run([sys.executable, "-c", script, self.on.socket], env=env,
+                             capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.split(), [str(COUNT), "[2]"])
+        g1 = self.on.stats()["gpus"][0]
+        self.assertEqual(g1["job_decode_failures"] - g0["job_decode_failures"], 1)
+        self.assertEqual(g1["job_decodes"], g0["job_decodes"])
 
 
 if __name__ == "__main__":
