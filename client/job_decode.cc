@@ -56,7 +56,8 @@ bool JobDecodeOffered() {
 struct JobDecodeWorker::Library {
   void* (*open)(int, int, char*, int) = nullptr;
   int (*run)(void*, const char*, int, const uint8_t* const*, const uint64_t*, const uint32_t*,
-             const uint64_t*, uint64_t, uint8_t*, char*, uint64_t*, char*, int) = nullptr;
+             const uint64_t*, uint64_t, uint8_t*, char*, uint64_t*, uint64_t*, char*,
+             int) = nullptr;
   void (*close)(void*) = nullptr;
   int (*segment)(void*, uint8_t*, uint64_t, char*, int) = nullptr;
   Status status;
@@ -97,8 +98,7 @@ JobDecodeWorker::~JobDecodeWorker() {
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
-  if (decoder_ != nullptr) Library::Get().close(decoder_);
+  thread_.join();  // it closed the decoder: CUDA calls stay on its own thread
 }
 
 void JobDecodeWorker::Post(protocol::Message message, UniqueFd fd) {
@@ -115,7 +115,7 @@ void JobDecodeWorker::Run() {
     {
       MutexLock lock(mu_);
       mu_.Wait(cv_, [this]() REQUIRES(mu_) { return stop_ || !queue_.empty(); });
-      if (stop_) return;
+      if (stop_) break;
       item = std::move(queue_.front());
       queue_.pop_front();
     }
@@ -137,6 +137,9 @@ void JobDecodeWorker::Run() {
       (void)socket_->Send(Decode(*work));
     }
   }
+  // Here, not in the destructor: the training thread's current CUDA device stays as it was.
+  if (decoder_ != nullptr) Library::Get().close(decoder_);
+  decoder_ = nullptr;
 }
 
 protocol::DecodeDone JobDecodeWorker::Decode(const protocol::DecodeWork& work) {
@@ -190,16 +193,16 @@ protocol::DecodeDone JobDecodeWorker::Decode(const protocol::DecodeWork& work) {
   }
   std::vector<uint8_t> failed(n, 0);
   char handle[protocol::kIpcHandleBytes] = {0};
-  uint64_t buffer_bytes = 0;
+  uint64_t buffer_bytes = 0, buffer_offset = 0;
   char err[512] = {0};
   if (lib.run(decoder_, work.prepare.c_str(), static_cast<int>(n), data.data(), lengths.data(),
               hwc.data(), offsets.data(), work.output_bytes, failed.data(), handle, &buffer_bytes,
-              err, sizeof(err)) != 0) {
+              &buffer_offset, err, sizeof(err)) != 0) {
     return fail(Status::Internal(fmt::format("GPU decode in this process failed: {}", err)));
   }
   done.buffer_handle.assign(handle, sizeof(handle));
-  done.buffer_offset = 0;  // a whole-pages allocation of its own (job_decode_lib.cc)
-  done.buffer_bytes = buffer_bytes;
+  done.buffer_offset = buffer_offset;
+  done.buffer_bytes = buffer_offset + buffer_bytes;  // of the allocation, from its base
   for (size_t i = 0; i < n; ++i) {
     if (failed[i] != 0) done.failed.push_back(static_cast<uint32_t>(i));
   }

@@ -101,19 +101,19 @@ uint64_t MemAvailableBytes() {
   return std::numeric_limits<uint64_t>::max();
 }
 
-// The memfd for a segment of `bytes`: 0600, its pages reserved, then sealed so that no holder
-// (the job's client has it read-write) can shrink it under the server's writes (a SIGBUS).
-Result<UniqueFd> CreateSegmentFd(const std::string& name, uint64_t job_id, uint32_t slot_count,
-                                 uint64_t slot_bytes, uint64_t bytes) {
+}  // namespace
+
+Result<UniqueFd> CreateSealedSegment(const std::string& name, uint64_t bytes, std::string_view what,
+                                     std::string_view fix) {
   UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd.valid()) {
-    return Status::IOError(fmt::format("cannot create batch segment {} (memfd_create): {}", name,
-                                       std::strerror(errno)));
+    return Status::IOError(
+        fmt::format("cannot create {} {} (memfd_create): {}", what, name, std::strerror(errno)));
   }
   // A memfd starts at 0777; the descriptor alone gives access, the mode is a second lock.
   if (::fchmod(fd.get(), 0600) != 0 || ::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
-    return Status::IOError(fmt::format("cannot set up batch segment {} ({} bytes): {}", name, bytes,
-                                       std::strerror(errno)));
+    return Status::IOError(
+        fmt::format("cannot set up {} {} ({} bytes): {}", what, name, bytes, std::strerror(errno)));
   }
   // Reserved now, so that a shortage is this error and not a SIGBUS at the first write. A memfd
   // is outside /dev/shm's size limit: more than the memory available is refused before trying,
@@ -122,19 +122,15 @@ Result<UniqueFd> CreateSegmentFd(const std::string& name, uint64_t job_id, uint3
   const int err =
       bytes > available ? ENOMEM : ::posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes));
   if (err != 0) {
-    return Status::ResourceExhausted(fmt::format(
-        "cannot reserve {} bytes of memory for job {}'s batch slots ({} x {} bytes): {} ({} "
-        "bytes available); lower the batch size or prefetch",
-        bytes, job_id, slot_count, slot_bytes, std::strerror(err), available));
+    return Status::ResourceExhausted(
+        fmt::format("cannot reserve {} bytes of memory for {}: {} ({} bytes available); {}", bytes,
+                    what, std::strerror(err), available, fix));
   }
   if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    return Status::IOError(
-        fmt::format("cannot seal batch segment {}: {}", name, std::strerror(errno)));
+    return Status::IOError(fmt::format("cannot seal {} {}: {}", what, name, std::strerror(errno)));
   }
   return fd;
 }
-
-}  // namespace
 
 Result<UniqueFd> BatchPool::ShareSegment(const std::string& name) {
   LivePools& live = Live();
@@ -176,8 +172,10 @@ Result<std::unique_ptr<BatchPool>> BatchPool::Create(const std::string& name, ui
   pool->slot_bytes_ = slot_bytes;
   pool->geometry_ = *geometry;
   pool->state_.assign(slot_count, slots::SlotState::kFree);
-  Result<UniqueFd> fd =
-      CreateSegmentFd(name, job_id, slot_count, slot_bytes, geometry->total_bytes);
+  Result<UniqueFd> fd = CreateSealedSegment(
+      name, geometry->total_bytes,
+      fmt::format("job {}'s batch slots ({} x {} bytes)", job_id, slot_count, slot_bytes),
+      "lower the batch size or prefetch");
   if (!fd.ok()) return fd.status();
   auto region = protocol::SharedMapping::Map(fd->get(), geometry->total_bytes,
                                              fmt::format("batch segment {}", name));

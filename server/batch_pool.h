@@ -19,10 +19,11 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "common/mutex.h"
 #include "carpool/status.h"
+#include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "protocol/batch_slot_layout.h"
 #include "protocol/protocol.h"
@@ -41,6 +42,12 @@ struct WritableSlot {
 protocol::BatchReady MakeBatchReady(uint64_t job_id, uint32_t slot, uint64_t generation,
                                     uint32_t epoch, uint64_t batch_index, uint32_t samples,
                                     const slots::BatchLayout& layout);
+
+// A memfd of `bytes` for a client to map: mode 0600, its pages reserved, then sealed so that no
+// holder (the client has it read-write) can shrink it under the server's writes (a SIGBUS).
+// `what` names it in errors ("job 3's batch slots"); `fix` says what to do when memory is short.
+Result<UniqueFd> CreateSealedSegment(const std::string& name, uint64_t bytes, std::string_view what,
+                                     std::string_view fix);
 
 class BatchPool {
  public:

@@ -47,6 +47,8 @@ class JobDecoder {
   // disables the decoder for good and returns the error: nothing of this work is then trusted.
   // REQUIRES: one call at a time per job (GpuService serializes a GPU's builds).
   // Cost: a memcpy of the JPEGs, two frames, and the job's decode (~10-20 ms for 256 images).
+  // Turns it off for good, for `why` (logged): the caller could not use an answer. Any thread.
+  virtual void Disable(const Status& why) = 0;
   virtual Result<JobDecodeResult> Decode(std::string_view prepare_spec,
                                          std::span<const JobDecodeItem> items,
                                          uint64_t output_bytes,

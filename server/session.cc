@@ -381,20 +381,25 @@ Result<UniqueFd> Session::EnsureDecodeSegment(uint64_t bytes) {
   // Twice what this work needs, at least 64 MiB: room for batches of larger JPEGs to come.
   const uint64_t size =
       std::max<uint64_t>(uint64_t{64} << 20, (2 * bytes + 0xFFFFF) & ~uint64_t{0xFFFFF});
-  UniqueFd fd(::memfd_create("carpool-decode", MFD_CLOEXEC));
-  if (!fd.valid()) {
-    return Status::IOError(fmt::format("cannot create a {}-byte decode segment (memfd_create): {}",
-                                       size, std::strerror(errno)));
-  }
-  if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
-    return Status::ResourceExhausted(fmt::format(
-        "cannot size the decode segment to {} bytes: {}", size, std::strerror(errno)));
-  }
+  // Sealed: the job maps it read-write, and must not shrink it under the server's copies.
+  Result<UniqueFd> fd =
+      CreateSealedSegment("carpool-decode", size, "a job's decode segment",
+                          "free memory, or start the server with --job-decode off");
+  if (!fd.ok()) return fd.status();
   Result<std::unique_ptr<protocol::SharedMapping>> mapped =
-      protocol::SharedMapping::Map(fd.get(), size, "the decode segment");
+      protocol::SharedMapping::Map(fd->get(), size, "the decode segment");
   if (!mapped.ok()) return mapped.status();
   decode_segment_ = std::move(*mapped);
-  return fd;
+  return std::move(*fd);
+}
+
+void Session::Disable(const Status& why) {
+  if (decode_enabled_.exchange(false)) {
+    log::Warn(
+        "GPU decode in a job's process is off for that job from now on (the server "
+        "decodes its JPEGs): {}",
+        why.ToString());
+  }
 }
 
 Result<JobDecodeResult> Session::Decode(std::string_view prepare_spec,
@@ -402,11 +407,7 @@ Result<JobDecodeResult> Session::Decode(std::string_view prepare_spec,
                                         uint64_t output_bytes,
                                         std::chrono::milliseconds deadline) {
   auto disable = [this](Status s) {
-    if (decode_enabled_.exchange(false)) {
-      log::Warn("GPU decode in a job's process is off for that job from now on (the server "
-                "decodes its JPEGs): {}",
-                s.ToString());
-    }
+    Disable(s);
     return s;
   };
   if (!decode_enabled_.load()) return Status::FailedPrecondition("the job decodes no more");

@@ -44,6 +44,7 @@ class Session : public JobSink, public JobDecoder, public std::enable_shared_fro
 
   // JobDecoder: from a build's worker thread.
   bool enabled() const override { return decode_enabled_.load(); }
+  void Disable(const Status& why) override;
   Result<JobDecodeResult> Decode(std::string_view prepare_spec,
                                  std::span<const JobDecodeItem> items, uint64_t output_bytes,
                                  std::chrono::milliseconds deadline) override;

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <future>
 #include <thread>
 
@@ -159,6 +160,9 @@ TEST_F(JobDecodeSessionTest, TheWorkCarriesTheBytesAndTheAnswerComesBack) {
       ASSERT_NE(s, nullptr);
       EXPECT_EQ(s->job_id, job);
       ASSERT_TRUE(seg.fd.valid());
+      // Sealed: the job cannot shrink it under the server's copies (a SIGBUS in the server).
+      EXPECT_NE(::ftruncate(seg.fd.get(), 0), 0);
+      EXPECT_EQ(errno, EPERM);
       auto mapped = protocol::SharedMapping::Map(seg.fd.get(), s->bytes, "test");
       ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
       segment_ = std::move(*mapped);

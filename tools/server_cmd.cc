@@ -140,7 +140,8 @@ int Serve(int argc, char** argv) {
       "job-decode", po::value(&job_decode),
       "on | off: with GPU decode, a GPU job's JPEGs are decoded in the job's own process (its "
       "CUDA context: beside training that costs the trainer a quarter of a decode in the server's "
-      "context) where its client offers to; the server decodes what it does not (default on)")(
+      "context) where its client offers to and it is its GPU's only job; the server decodes what "
+      "it does not; off under --group (default on)")(
       "gpu-decode-memory", po::value(&gpu_decode_memory),
       "device memory per GPU for decoded images awaiting their resize (default 512MiB)")(
       "metrics", po::value(&metrics),
@@ -199,7 +200,14 @@ int Serve(int argc, char** argv) {
     return Fail(Status::InvalidArgument(fmt::format(
         "--job-decode {}: use on or off", job_decode)));
   }
-  eo.job_decode = job_decode == "on";
+  // Under --group other users' jobs read the resident samples a job decoded: only the server
+  // decodes for them.
+  eo.job_decode = job_decode == "on" && group.empty();
+  if (job_decode == "on" && !group.empty()) {
+    log::Info(
+        "--group: JPEGs are decoded by the server only (--job-decode off), since a job's "
+        "decoded samples would serve other users' jobs");
+  }
   if (workers > kMaxWorkers) {
     return Fail(Status::InvalidArgument(fmt::format(
         "--workers {} is more than the limit of {}; 0 means one per core", workers, kMaxWorkers)));

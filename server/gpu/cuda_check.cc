@@ -1,5 +1,6 @@
 #include "server/gpu/cuda_check.h"
 
+#include <cuda.h>
 #include <fmt/core.h>
 
 #include "common/log.h"
@@ -139,6 +140,32 @@ Result<HostRegistration> HostRegistration::Register(void* data, size_t bytes) {
     return st;
   }
   return HostRegistration(data, bytes);
+}
+
+// The allocation that holds `p` (base, bytes), from the driver's cuMemGetAddressRange, reached
+// through the runtime so that nothing links libcuda at build time.
+Result<std::pair<uintptr_t, size_t>> AllocationRange(const void* p) {
+  using Fn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+  static Fn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      f = nullptr;
+    }
+    return reinterpret_cast<Fn>(f);
+  }();
+  if (fn == nullptr) {
+    return Status::Unavailable("the CUDA driver has no cuMemGetAddressRange; update the driver");
+  }
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  if (CUresult r = fn(&base, &bytes, reinterpret_cast<CUdeviceptr>(p)); r != CUDA_SUCCESS) {
+    return Status::Internal(
+        fmt::format("cuMemGetAddressRange failed with error {}", static_cast<int>(r)));
+  }
+  return std::pair<uintptr_t, size_t>(static_cast<uintptr_t>(base), bytes);
 }
 
 }  // namespace carpool::gpu

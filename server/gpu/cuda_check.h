@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 #include <utility>
 
@@ -130,6 +131,10 @@ class HostRegistration : public CudaMemory<HostRegistrationTraits> {
   // REQUIRES: [data, data + bytes) is mapped host memory not already registered.
   static Result<HostRegistration> Register(void* data, size_t bytes);
 };
+
+// The allocation that holds `p`: (its base, its bytes), from the driver's cuMemGetAddressRange
+// (reached through the runtime: nothing links libcuda at build time). ~1 us.
+Result<std::pair<uintptr_t, size_t>> AllocationRange(const void* p);
 
 }  // namespace carpool::gpu
 

@@ -33,32 +33,6 @@ Status OnDevice(int device) {
   return gpu::CudaCheck(cudaSetDevice(device), fmt::format("cudaSetDevice({})", device));
 }
 
-// The allocation that holds `p` (base, bytes), from the driver's cuMemGetAddressRange, reached
-// through the runtime so that nothing links libcuda at build time.
-Result<std::pair<uintptr_t, size_t>> AllocationRange(const void* p) {
-  using Fn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
-  static Fn fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      f = nullptr;
-    }
-    return reinterpret_cast<Fn>(f);
-  }();
-  if (fn == nullptr) {
-    return Status::Unavailable("the CUDA driver has no cuMemGetAddressRange; update the driver");
-  }
-  CUdeviceptr base = 0;
-  size_t bytes = 0;
-  if (CUresult r = fn(&base, &bytes, reinterpret_cast<CUdeviceptr>(p)); r != CUDA_SUCCESS) {
-    return Status::Internal(
-        fmt::format("cuMemGetAddressRange failed with error {}", static_cast<int>(r)));
-  }
-  return std::pair<uintptr_t, size_t>(static_cast<uintptr_t>(base), bytes);
-}
-
 // Copies of many samples to the device (from the host, or a job's decode buffer), in stream order. One cudaMemcpyBatchAsync pays the
 // per-copy submission cost once (256 separate 196 KiB cudaMemcpyAsync reached 60% of one large
 // copy's bandwidth on an H200); a runtime without it gets one cudaMemcpyAsync per sample.
@@ -152,8 +126,9 @@ class CudaGpuService : public GpuService {
                                                    std::span<const gpu::DecodeTarget> targets)
       REQUIRES(mu_);
   // The job's decode buffer mapped into this process (opened once per handle), or an error.
-  Result<uint8_t*> MapJobBuffer(const JobDecoder* decoder, const std::string& handle)
-      REQUIRES(mu_);
+  // `needed` bytes of it must be mapped (Corruption otherwise).
+  Result<uint8_t*> MapJobBuffer(const JobDecoder* decoder, const std::string& handle,
+                                uint64_t needed) REQUIRES(mu_);
 
   const int device_;
   const std::string name_, pci_;
@@ -175,6 +150,8 @@ class CudaGpuService : public GpuService {
   struct JobBuffer {
     std::string handle;
     void* base = nullptr;  // cudaIpcOpenMemHandle's mapping
+    uint64_t bytes = 0;    // mapped from base on
+    uint64_t work_bytes = 0;  // what the first work asked for: no later work asks more
   };
   std::unordered_map<const JobDecoder*, JobBuffer> job_buffers_ GUARDED_BY(mu_);
 
@@ -306,7 +283,7 @@ Result<std::unique_ptr<DeviceSlots>> CudaGpuService::CreateSlots(uint32_t count,
     return s;
   }
   slots->handle_.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
-  Result<std::pair<uintptr_t, size_t>> range = AllocationRange(slots->memory_.data());
+  Result<std::pair<uintptr_t, size_t>> range = gpu::AllocationRange(slots->memory_.data());
   if (!range.ok()) return range.status();
   const auto address = reinterpret_cast<uintptr_t>(slots->memory_.data());
   slots->offset_ = address - range->first;
@@ -350,6 +327,15 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
   if (Status s = OnDevice(device_); !s.ok()) return s;
   const size_t n = request.samples.size();
   cudaStream_t stream = stream_.get();
+  // Copies out of a job's decode buffer may be in flight (DecodeInJobLocked): every way out of
+  // this build waits for them, so that the job's next work cannot overwrite what they read.
+  struct SyncOnExit {
+    gpu::CudaStream& stream;
+    bool armed = false;
+    ~SyncOnExit() {
+      if (armed) (void)stream.Synchronize();
+    }
+  } job_copies{stream_};
   // Resident samples are read in place; the others are copied into a new resident block (one
   // upload however many jobs use them while they stay), or left to the assembler's staging when
   // the area has no room.
@@ -436,6 +422,7 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
     // while for one job they gain (0.73x against 0.63x; docs/gpu.md).
     if (request.job_decoder != nullptr && request.job_decoder->enabled() && decode_ &&
         pool_jobs_.load() == 1) {
+      job_copies.armed = true;
       left = DecodeInJobLocked(request, decodes);
       server_decodes = left;
     }
@@ -493,25 +480,37 @@ std::vector<gpu::DecodeTarget> CudaGpuService::DecodeInJobLocked(
     const DeviceBatchRequest& request, std::span<const gpu::DecodeTarget> targets) {
   // A job slower than this to answer is not decoding for us: the server takes over. Its first
   // answer may wait for the process's CUDA context and nvJPEG to start.
-  const bool first = job_buffers_.count(request.job_decoder) == 0;
+  auto known = job_buffers_.find(request.job_decoder);
+  const bool first = known == job_buffers_.end();
   const std::chrono::milliseconds deadline{first ? 30000 : 3000};
   std::vector<JobDecodeItem> items;
   items.reserve(targets.size());
-  uint64_t output_bytes = 0;
+  uint64_t output_bytes = 0, largest = 0;
   for (const gpu::DecodeTarget& t : targets) {
     items.push_back({t.encoded, static_cast<uint32_t>(t.shape.height),
                      static_cast<uint32_t>(t.shape.width), static_cast<uint32_t>(t.shape.channels),
                      output_bytes});
     output_bytes += AlignUp(t.shape.bytes(), kSlotAlign);
+    largest = std::max<uint64_t>(largest, AlignUp(t.shape.bytes(), kSlotAlign));
+  }
+  std::vector<gpu::DecodeTarget> all_targets(targets.begin(), targets.end());
+  if (first) {
+    // Room for a whole batch of the largest sample: the job allocates its buffer once, and no
+    // later work asks for more, so it never frees a buffer this process has mapped.
+    output_bytes = std::max(output_bytes, largest * request.samples.size());
+  } else if (output_bytes > known->second.work_bytes) {
+    return all_targets;  // more than the job's buffer holds: this build decodes here
   }
   const auto start = std::chrono::steady_clock::now();
   auto all = [&](const Status& why) {
     ++job_decode_failures_;
-    log::Warn("GPU {}: a job's process did not decode its batch's {} JPEGs; the server decodes "
-              "them: {}",
-              device_, targets.size(), why.ToString());
+    request.job_decoder->Disable(why);  // a job that failed once decodes no more
+    log::Warn(
+        "GPU {}: a job's process did not decode its batch's {} JPEGs; the server decodes "
+        "them, and that job's from now on: {}",
+        device_, targets.size(), why.ToString());
     job_decode_ns_ += NanosSince(start);
-    return std::vector<gpu::DecodeTarget>(targets.begin(), targets.end());
+    return all_targets;
   };
   Result<JobDecodeResult> done =
       request.job_decoder->Decode(request.prepare->ToString(), items, output_bytes, deadline);
@@ -519,10 +518,12 @@ std::vector<gpu::DecodeTarget> CudaGpuService::DecodeInJobLocked(
   job_copy_ns_ += static_cast<uint64_t>(done->copy_seconds * 1e9);
   job_wait_ns_ += static_cast<uint64_t>(done->wait_seconds * 1e9);
   const auto copy_out_start = std::chrono::steady_clock::now();
-  Result<uint8_t*> base = MapJobBuffer(request.job_decoder, done->buffer_handle);
+  Result<uint8_t*> base =
+      MapJobBuffer(request.job_decoder, done->buffer_handle, done->buffer_offset + output_bytes);
   if (!base.ok()) return all(base.status());
+  if (first) job_buffers_[request.job_decoder].work_bytes = output_bytes;
   std::vector<bool> failed(targets.size(), false);
-  for (uint32_t i : done->failed) failed[i] = true;
+  for (uint32_t i : done->failed) failed[i] = true;  // each < targets.size(): Decode checked
   std::vector<void*> dst;
   std::vector<const void*> src;
   std::vector<size_t> bytes;
@@ -548,26 +549,37 @@ std::vector<gpu::DecodeTarget> CudaGpuService::DecodeInJobLocked(
   return left;
 }
 
-Result<uint8_t*> CudaGpuService::MapJobBuffer(const JobDecoder* decoder,
-                                              const std::string& handle) {
-  JobBuffer& buffer = job_buffers_[decoder];
-  if (buffer.base != nullptr && buffer.handle == handle) return static_cast<uint8_t*>(buffer.base);
-  if (buffer.base != nullptr) {  // the job grew its buffer: the old one is freed
-    (void)cudaIpcCloseMemHandle(buffer.base);
-    buffer.base = nullptr;
+Result<uint8_t*> CudaGpuService::MapJobBuffer(const JobDecoder* decoder, const std::string& handle,
+                                              uint64_t needed) {
+  auto it = job_buffers_.find(decoder);
+  if (it != job_buffers_.end()) {
+    // The server never asks a job for more than its first work did, so its buffer never moves.
+    if (it->second.handle != handle) {
+      return Status::Corruption("the job answered with another decode buffer than before");
+    }
+  } else {
+    cudaIpcMemHandle_t h{};
+    std::memcpy(&h, handle.data(), sizeof(h));
+    void* base = nullptr;
+    if (Status s = gpu::CudaCheck(cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess),
+                                  "cudaIpcOpenMemHandle(a job's decode buffer)");
+        !s.ok()) {
+      return s;
+    }
+    // What the handle really maps, not what the job says: copies never read past it.
+    Result<std::pair<uintptr_t, size_t>> range = gpu::AllocationRange(base);
+    if (!range.ok()) {
+      (void)cudaIpcCloseMemHandle(base);
+      return range.status();
+    }
+    const uint64_t skip = reinterpret_cast<uintptr_t>(base) - range->first;
+    it = job_buffers_.emplace(decoder, JobBuffer{handle, base, range->second - skip}).first;
   }
-  cudaIpcMemHandle_t h{};
-  std::memcpy(&h, handle.data(), sizeof(h));
-  void* base = nullptr;
-  if (Status s = gpu::CudaCheck(cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess),
-                                "cudaIpcOpenMemHandle(a job's decode buffer)");
-      !s.ok()) {
-    job_buffers_.erase(decoder);
-    return s;
+  if (needed > it->second.bytes) {
+    return Status::Corruption(fmt::format(
+        "the job's decode buffer maps {} bytes, the work needs {}", it->second.bytes, needed));
   }
-  buffer.handle = handle;
-  buffer.base = base;
-  return static_cast<uint8_t*>(base);
+  return static_cast<uint8_t*>(it->second.base);
 }
 
 void CudaGpuService::ForgetJobDecoder(const JobDecoder* decoder) {

@@ -33,6 +33,7 @@ struct JobDecodeState {
   gpu::DeviceBuffer buffer;  // the decoded pixels the server copies out
   gpu::HostRegistration segment;  // the decode segment, page-locked: nvJPEG's uploads are DMA
   char handle[64] = {};      // buffer's cudaIpcMemHandle_t
+  uint64_t buffer_offset = 0;  // of the buffer in the allocation the handle names
 };
 
 int Fail(const Status& s, char* err, int err_len) {
@@ -92,13 +93,15 @@ extern "C" int carpool_job_decode_segment(void* handle, uint8_t* data, uint64_t 
 // Decodes n JPEGs (host bytes data[i], lengths[i]) prepared by `spec` to hwc[3i..3i+2] uint8
 // pixels at dst_offsets[i] of the decode buffer, which it first grows to at least output_bytes,
 // and waits for them. failed[i] is set to 1 for a JPEG it left undecoded (nvJPEG refused it),
-// else 0. handle_out (64 bytes) gets the buffer's IPC handle and *buffer_bytes its size.
+// else 0. handle_out (64 bytes) gets the buffer's IPC handle, *buffer_bytes its size and
+// *buffer_offset where it starts in the allocation the handle names.
 // Returns 0, or -1 with the reason in err (a CUDA error: nothing decoded is to be trusted).
 extern "C" int carpool_job_decode_run(void* handle, const char* spec, int n,
                                       const uint8_t* const* data, const uint64_t* lengths,
                                       const uint32_t* hwc, const uint64_t* dst_offsets,
                                       uint64_t output_bytes, uint8_t* failed, char* handle_out,
-                                      uint64_t* buffer_bytes, char* err, int err_len) {
+                                      uint64_t* buffer_bytes, uint64_t* buffer_offset, char* err,
+                                      int err_len) {
   auto* state = static_cast<JobDecodeState*>(handle);
   if (Status s = OnDevice(state->device); !s.ok()) return Fail(s, err, err_len);
   if (state->spec_text != spec) {
@@ -121,6 +124,14 @@ extern "C" int carpool_job_decode_run(void* handle, const char* spec, int n,
       return Fail(s, err, err_len);
     }
     std::memcpy(state->handle, &h, sizeof(h));
+    // The handle names the allocation holding the buffer, which whole pages normally make the
+    // buffer's own; where the driver placed it inside a larger one, the server needs the offset.
+    Result<std::pair<uintptr_t, size_t>> range = gpu::AllocationRange(state->buffer.data());
+    if (!range.ok()) {
+      state->buffer.Reset();
+      return Fail(range.status(), err, err_len);
+    }
+    state->buffer_offset = reinterpret_cast<uintptr_t>(state->buffer.data()) - range->first;
   }
   auto* base = static_cast<uint8_t*>(state->buffer.data());
   std::vector<gpu::DecodeTarget> targets;
@@ -143,12 +154,16 @@ extern "C" int carpool_job_decode_run(void* handle, const char* spec, int n,
   for (const auto& [index, why] : refused) failed[index] = 1;
   std::memcpy(handle_out, state->handle, sizeof(state->handle));
   *buffer_bytes = state->buffer.bytes();
+  *buffer_offset = state->buffer_offset;
   return 0;
 }
 
 extern "C" void carpool_job_decode_close(void* handle) {
   auto* state = static_cast<JobDecodeState*>(handle);
   if (state == nullptr) return;
+  int current = -1;  // the calling thread's device, given back after
+  const bool known = cudaGetDevice(&current) == cudaSuccess;
   (void)OnDevice(state->device);
   delete state;
+  if (known) (void)cudaSetDevice(current);
 }
