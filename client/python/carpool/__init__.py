@@ -28,6 +28,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'carpool' has no attribute {name!r}")
 
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 __all__ = ["CarpoolError", "InvalidArgumentError", "Loader", "NotFoundError", "Server", "binary",
            "cli", "datasets", "library_path", "server_stats", "socket_path", "state_dir"]
