@@ -45,6 +45,13 @@ with carpool.Loader("img", batch_size=128, epochs=2, device="cuda:0",
     dt = time.time() - t0
     print(f"cuda:0 job: {n} samples in {dt:.2f} s = {n/dt:.0f} img/s, images {tuple(images.shape)} {images.dtype} on {images.device}, distinct ids {len(seen)}")
     print("stats:", {k: v for k, v in carpool.server_stats(state_dir="/tmp/st").items() if k in ("preparations", "deliveries", "sharing_ratio", "jobs")})
+# With GPU decode, the job (alone on its GPU) decoded its own JPEGs with the wheel's
+# libcarpool_job_decode.so, found beside libcarpool.so (docs/gpu.md "Decoding in the jobs' processes").
+g = carpool.server_stats(state_dir="/tmp/st")["gpus"][0]
+print(f"GPU decode: {g.get('decoder')}; decoded in the job {g.get('job_decodes')}, by the server "
+      f"{g.get('gpu_decodes')}, job decode failures {g.get('job_decode_failures')}")
+if g.get("decoder") in ("hardware", "gpu-hybrid"):
+    assert g["job_decodes"] > 0 and g["job_decode_failures"] == 0, g
 with carpool.Loader("img", batch_size=64, transform="center_crop(64)|float16|nchw",
                     state_dir="/tmp/st") as loader:
     seen = []
