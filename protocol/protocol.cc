@@ -63,6 +63,27 @@ class Reader {
     pos_ += n;
     return s;
   }
+  // A count of elements of `element_bytes` each that follow: checked against the bytes present
+  // before the caller allocates for them; 0 after a failure.
+  uint32_t Count(const char* field, size_t element_bytes, const char* elements) {
+    const uint32_t count = Int<uint32_t>(field);
+    if (count > remaining() / element_bytes) {
+      Fail(fmt::format("{} is {}, but {} bytes hold at most {} {} of {} bytes", field, count,
+                       remaining(), remaining() / element_bytes, elements, element_bytes));
+      return 0;
+    }
+    return count;
+  }
+  // A StatusCode, at least `lowest` (kOk, or kInvalidArgument for an error).
+  StatusCode Code(const char* field, StatusCode lowest) {
+    const uint16_t code = Int<uint16_t>(field);
+    if (code < static_cast<uint16_t>(lowest) ||
+        code > static_cast<uint16_t>(StatusCode::kInternal)) {
+      Fail(fmt::format("{} is {}, expected {}..{}", field, code, static_cast<int>(lowest),
+                       static_cast<int>(StatusCode::kInternal)));
+    }
+    return static_cast<StatusCode>(code);
+  }
   void Fail(std::string message) {
     if (status_.ok()) status_ = Status::InvalidArgument(std::move(message));
   }
@@ -341,13 +362,7 @@ void Put(Writer& w, const Error& m) {
   w.Str(m.message);
 }
 void Get(Reader& r, Error& m) {
-  uint16_t code = r.Int<uint16_t>("code");
-  if (code < static_cast<uint16_t>(StatusCode::kInvalidArgument) ||
-      code > static_cast<uint16_t>(StatusCode::kInternal)) {
-    r.Fail(fmt::format("error code is {}, expected 1..{}", code,
-                       static_cast<int>(StatusCode::kInternal)));
-  }
-  m.code = static_cast<StatusCode>(code);
+  m.code = r.Code("error code", StatusCode::kInvalidArgument);
   m.message = r.Str("message", kMaxMessageBytes);
 }
 
@@ -392,13 +407,7 @@ void Get(Reader& r, DecodeWork& m) {
   m.work_id = r.Int<uint64_t>("work_id");
   m.prepare = r.Str("prepare", kMaxTransformBytes);
   m.output_bytes = r.Int<uint64_t>("output_bytes");
-  const uint32_t count = r.Int<uint32_t>("item_count");
-  // Checked against the bytes present before anything is allocated for them.
-  if (count > r.remaining() / kDecodeItemBytes) {
-    r.Fail(fmt::format("item_count is {}, but {} bytes hold at most {} items of {} bytes", count,
-                       r.remaining(), r.remaining() / kDecodeItemBytes, kDecodeItemBytes));
-    return;
-  }
+  const uint32_t count = r.Count("item_count", kDecodeItemBytes, "items");
   m.items.resize(count);
   for (uint32_t i = 0; i < count; ++i) {
     DecodeItem& it = m.items[i];
@@ -439,12 +448,7 @@ void Put(Writer& w, const DecodeDone& m) {
 void Get(Reader& r, DecodeDone& m) {
   m.job_id = r.Int<uint64_t>("job_id");
   m.work_id = r.Int<uint64_t>("work_id");
-  uint16_t code = r.Int<uint16_t>("code");
-  if (code > static_cast<uint16_t>(StatusCode::kInternal)) {
-    r.Fail(fmt::format("code is {}, expected 0..{}", code,
-                       static_cast<int>(StatusCode::kInternal)));
-  }
-  m.code = static_cast<StatusCode>(code);
+  m.code = r.Code("code", StatusCode::kOk);
   m.message = r.Str("message", kMaxMessageBytes);
   m.buffer_handle = r.Str("buffer_handle", kIpcHandleBytes);
   m.buffer_offset = r.Int<uint64_t>("buffer_offset");
@@ -456,14 +460,7 @@ void Get(Reader& r, DecodeDone& m) {
     r.Fail(fmt::format("buffer_handle is {} bytes, expected 0 or {}", m.buffer_handle.size(),
                        kIpcHandleBytes));
   }
-  const uint32_t count = r.Int<uint32_t>("failed_count");
-  // Checked against the bytes present before anything is allocated for them.
-  if (count > r.remaining() / 4) {
-    r.Fail(fmt::format("failed_count is {}, but {} bytes hold at most {} indices", count,
-                       r.remaining(), r.remaining() / 4));
-    return;
-  }
-  m.failed.resize(count);
+  m.failed.resize(r.Count("failed_count", sizeof(uint32_t), "indices"));
   for (uint32_t& i : m.failed) i = r.Int<uint32_t>("failed");
 }
 

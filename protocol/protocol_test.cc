@@ -162,6 +162,14 @@ TEST(ProtocolTest, HeaderIsLittleEndian) {
   EXPECT_EQ((*frame)[12], 1);  // job_id low byte first
 }
 
+// The encoder refuses `message` (it would not decode), saying `needle`.
+void ExpectEncodeRejected(const Message& message, const std::string& needle) {
+  auto r = EncodeFrame(message);
+  ASSERT_FALSE(r.ok()) << needle;
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+}
+
 void ExpectRejected(const std::vector<uint8_t>& bytes, const std::string& needle) {
   auto r = DecodeFrame(bytes);
   ASSERT_FALSE(r.ok());
@@ -514,12 +522,7 @@ TEST(ProtocolTest, RejectsBadDecodeSegments) {
 }
 
 TEST(ProtocolTest, RejectsBadDecodeWork) {
-  auto rejected = [](const DecodeWork& w, const std::string& needle) {
-    auto r = EncodeFrame(w);
-    ASSERT_FALSE(r.ok()) << needle;
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
-  };
+  const auto rejected = ExpectEncodeRejected;
   DecodeWork w = SampleDecodeWork();
   w.items[1].length = 0;
   rejected(w, "item 1 has length 0");
@@ -584,12 +587,7 @@ TEST(ProtocolTest, RejectsBadDecodeWork) {
 }
 
 TEST(ProtocolTest, RejectsBadDecodeDone) {
-  auto rejected = [](const DecodeDone& d, const std::string& needle) {
-    auto r = EncodeFrame(d);
-    ASSERT_FALSE(r.ok()) << needle;
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
-  };
+  const auto rejected = ExpectEncodeRejected;
   // The handle: exactly kIpcHandleBytes with code ok; empty or kIpcHandleBytes otherwise.
   DecodeDone d = SampleDecodeDone();
   d.buffer_handle.pop_back();
