@@ -1,5 +1,7 @@
 #include "server/batch_source.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "server/engine_job.h"
 
@@ -7,8 +9,12 @@ namespace carpool {
 
 BatchSource::Front SingleJobSource::Next(std::vector<Decision>* out, double now) {
   const uint32_t b = job_.request.batch_size;
-  if (!scheduler_.NextBatch(id_, b, out) || out->empty()) return Front::kNone;
+  if (!scheduler_.NextBatch(id_, b, out, taken_) || out->empty()) return Front::kNone;
   if (out->size() < b && job_.request.drop_last) {
+    if (taken_ > 0) {  // dropped from the queue's front: once the batches before it are consumed
+      out->clear();
+      return Front::kNone;
+    }
     Status consumed = scheduler_.Consume(id_, out->size(), now);
     if (!consumed.ok()) log::Error("job {}: {}", job_.id, consumed.ToString());
     job_.dropped += out->size();
@@ -23,12 +29,13 @@ bool SingleJobSource::MayTake(size_t decisions, uint64_t pins, double now) {
 }
 
 void SingleJobSource::Consumed(size_t decisions, double now) {
+  taken_ -= std::min(taken_, decisions);
   Status consumed = scheduler_.Consume(id_, decisions, now);
   if (!consumed.ok()) log::Error("job {}: {}", job_.id, consumed.ToString());
 }
 
 void SingleJobSource::FinishIfDone() {
-  if (job_.assembling || job_.done || !scheduler_.Contains(id_) || !scheduler_.Finished(id_)) {
+  if (job_.builds > 0 || job_.done || !scheduler_.Contains(id_) || !scheduler_.Finished(id_)) {
     return;
   }
   job_.done = true;

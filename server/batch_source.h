@@ -33,7 +33,7 @@ class BatchSource {
   // Coupled pacing (docs/scheduler.md "Pacing"): whether the job may take `decisions` samples now.
   virtual bool MayTake(size_t decisions, uint64_t pins, double now) = 0;
   // A batch slot holds the front batch now (its assembly is queued).
-  virtual void Taken() = 0;
+  virtual void Taken(size_t decisions) = 0;
   // The front batch is assembled: its `decisions` queue entries are done with.
   virtual void Consumed(size_t decisions, double now) = 0;
   // Sends end-of-data and leaves the sampling tree once all the job's data is delivered.
@@ -61,7 +61,9 @@ class SingleJobSource : public BatchSource {
 
   Front Next(std::vector<Decision>* out, double now) override;
   bool MayTake(size_t decisions, uint64_t pins, double now) override;
-  void Taken() override {}
+  // Batches taken and not yet consumed: a job whose build overlaps its previous one (GPU decode
+  // in its process) takes the batch after them.
+  void Taken(size_t decisions) override { taken_ += decisions; }
   void Consumed(size_t decisions, double now) override;
   void FinishIfDone() override;
   void Fail(const Status& why) override;
@@ -75,6 +77,7 @@ class SingleJobSource : public BatchSource {
   Scheduler& scheduler_;
   EngineJob& job_;
   const JobId id_;
+  size_t taken_ = 0;  // decisions of the batches taken and not yet consumed
 };
 
 }  // namespace carpool

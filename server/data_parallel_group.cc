@@ -170,7 +170,7 @@ void DataParallelGroup::SliceAssembled(double now) {
 
 void DataParallelGroup::FinishRank(EngineJob& job) {
   // Also not while the last epoch still owes padding batches (TakeGlobalBatch makes them).
-  if (job.assembling || job.done || failed_ || sched_ == 0 || front_set_ ||
+  if (job.builds > 0 || job.done || failed_ || sched_ == 0 || front_set_ ||
       epoch_batches_ < batches_per_epoch_ || !scheduler_.Contains(sched_) ||
       !scheduler_.Finished(sched_)) {
     return;

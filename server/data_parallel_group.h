@@ -91,7 +91,7 @@ class RankSource : public BatchSource {
     return group_.Slice(rank_, out, now) ? Front::kBatch : Front::kNone;
   }
   bool MayTake(size_t, uint64_t, double) override { return true; }  // paced as one participant
-  void Taken() override { group_.taken_[rank_] = true; }
+  void Taken(size_t /*decisions*/) override { group_.taken_[rank_] = true; }
   void Consumed(size_t, double now) override { group_.SliceAssembled(now); }
   void FinishIfDone() override { group_.FinishRank(job_); }
   void Fail(const Status& why) override {

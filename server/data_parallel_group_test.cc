@@ -78,7 +78,7 @@ TEST(DataParallelGroupTest, EveryRankGetsEqualSlicesAndTheSameNumberOfBatches) {
       BatchSource& source = *ranks[r]->job.source;
       std::vector<Decision> slice;
       if (source.Next(&slice, now) != BatchSource::Front::kBatch) continue;
-      source.Taken();
+      source.Taken(0);
       EXPECT_EQ(slice.size(), 3u) << "equal slices, padding included";
       for (const Decision& d : slice) ++seen[d.sample];
       ++batches[r];

@@ -267,6 +267,7 @@ void Engine::StartPreparation(uint32_t sample) {
 }
 
 void Engine::TryBuildBatch(Job& job) {
+  if (job.builds >= Job::kMaxBuilds) return;
   if (job.pool->FreeCount() == 0) return;  // no credit
   if (job.source == nullptr) return;  // a rank whose group is not complete
   std::vector<Decision> decisions;
@@ -351,8 +352,11 @@ void Engine::TryBuildBatch(Job& job) {
   task.batch_index = job.next_batch++;
   job.front_prepared = 0;  // the next batch is the front now
   job.front_scanned = false;
-  job.source->Taken();
+  job.source->Taken(decisions.size());
   job.assembling = true;
+  ++job.builds;
+  task.order = job.builds_taken++;
+  task.overlaps = job.builds > 1;
   // Samples-fair: a batch starts where the job's last one ended or at the clock, whichever is
   // later, so jobs take the workers' turns in proportion to samples, not batches (a job of batch
   // 16 waited behind 60 others' batches of up to 512 and got a third of its fair share).

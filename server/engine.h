@@ -124,6 +124,8 @@ class Engine : public JobService {
     size_t decisions = 0;  // queue entries this batch consumes
     uint32_t skipped = 0;  // of them, known-bad samples left out
     uint64_t fair_tag = 0;  // its start in samples-fair order (TryBuildBatch)
+    uint64_t order = 0;     // the job's builds_taken when taken: it delivers in this order
+    bool overlaps = false;  // taken while another of its job's builds was in flight
     std::vector<BatchItem> items;
   };
   // Forwards the scheduler's reference counts to the cache and keeps their total.
@@ -200,6 +202,7 @@ class Engine : public JobService {
                       std::string_view what);
   // Assemble's first part: the batch's images transformed into its slot (host or device).
   struct AssembleResult {
+    bool released = false;  // let the job's next build start (job_work_sent) before its end
     std::vector<PreparedView> views;
     std::vector<PreparedImage> owned;  // samples prepared here (views point into it)
     std::vector<uint32_t> ids;         // keys, then catalog ids once written

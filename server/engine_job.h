@@ -47,7 +47,12 @@ struct EngineJob {
   uint64_t batches = 0;
   uint64_t skipped = 0;  // unreadable samples, or ones its transform cannot take, left out
   uint64_t dropped = 0;  // samples of last partial batches dropped (drop_last)
-  bool assembling = false;  // a batch task is queued or running; at most one per job
+  // Batch tasks queued or running: at most kMaxBuilds, and a second only while the first waits
+  // for the job's own GPU decode (Engine::TryBuildBatch). They deliver in the order taken.
+  uint32_t builds = 0;
+  bool assembling = false;  // a batch task that has not let the next one start yet
+  uint64_t builds_taken = 0, builds_delivered = 0;  // the order of delivery
+  static constexpr uint32_t kMaxBuilds = 2;
   uint64_t fair_finish = 0;  // samples-fair queuing: where its latest batch's samples end
   // The front batch's readiness scan (TryBuildBatch), resumed where the last one stopped: its
   // first `front_prepared` samples were prepared then, and after the first scan every sample of

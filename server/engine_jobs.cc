@@ -341,7 +341,7 @@ void Engine::RemoveJob(uint64_t job_id) {
     Job& j = *it->second;
     j.removed = true;
     // The batch in flight, if any, still calls the sink; wait for it (milliseconds).
-    mu_.Wait(assembled_, [&j] { return !j.assembling; });
+    mu_.Wait(assembled_, [&j] { return j.builds == 0; });
     // The last rank of a data-parallel job to leave takes its group with it.
     if (j.source != nullptr && j.source->Leave()) groups_.erase(j.request.job_key);
     j.pool->Shutdown();

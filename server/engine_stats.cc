@@ -40,7 +40,7 @@ JobSnapshot Engine::SnapshotJob(const Job& job) const {
   j.dropped = job.dropped;
   j.prefetch = job.request.prefetch;
   j.unreleased = job.pool->PublishedCount();
-  j.assembling = job.assembling;
+  j.assembling = job.builds > 0;
   j.done = job.done;
   j.device = job.gpu ? fmt::format("cuda:{}", job.gpu->device()) : "cpu";
   j.prepare_spec = job.prepare_spec;
@@ -172,6 +172,7 @@ Json ServerJson(const EngineSnapshot& s) {
                     {"decode_seconds", g.decode_seconds},
                     {"job_decodes", g.job_decodes},
                     {"job_decode_failures", g.job_decode_failures},
+                    {"overlapped_builds", g.overlapped_builds},
                     {"job_decode_seconds", g.job_decode_seconds},
                     {"build_phase_seconds",
                      {{"lock", g.phases.lock},

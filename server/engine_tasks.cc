@@ -231,6 +231,20 @@ void Engine::AssembleInto(const BatchTask& task, AssembleResult& out) {
     request.slot = task.slot.index;
     request.prepare = &job.prepare;
     request.job_decoder = job.decoder;
+    if (job.decoder != nullptr && job.request.world_size <= 1 && job.request.nodes <= 1) {
+      // The job decodes this build's JPEGs in its process: its next build may plan and send
+      // its own now, so that the job's decoder never waits for this one's copies and assembly.
+      request.job_work_sent = [this, &job, &out] {
+        {
+          WorkerLock lock(*this);
+          if (out.released) return;
+          out.released = true;
+          job.assembling = false;
+          woken_ = true;
+        }
+        wake_.notify_one();
+      };
+    }
     std::vector<std::pair<size_t, Status>> undecodable;
     request.undecodable = &undecodable;
     WorkerPhases::Scope phase(phases_, WorkerPhase::kGpuBuild);
@@ -311,6 +325,11 @@ void Engine::Assemble(BatchTask task) {
     (void)cache_->Unpin(item.sample);
     ++unpinned;
   }
+  if (task.overlaps) {
+    // A job's builds overlap (GPU decode in its process): its batches still arrive in order.
+    WorkerLock lock(*this);
+    mu_.Wait(assembled_, [&] { return job.builds_delivered == task.order; });
+  }
   std::optional<WorkerPhases::Scope> delivering(std::in_place, phases_, WorkerPhase::kDeliver);
   Result<uint64_t> generation =
       fault ? Result<uint64_t>(*fault) : job.pool->Publish(task.slot.index);
@@ -360,7 +379,9 @@ void Engine::Assemble(BatchTask task) {
     job.consumed += task.decisions;
     job.skipped += skipped;
     skipped_ += skipped;
-    job.assembling = false;
+    if (!out.released) job.assembling = false;
+    --job.builds;
+    ++job.builds_delivered;
     fair_clock_ = std::max(fair_clock_, task.fair_tag);
     woken_ = true;
   }

@@ -61,6 +61,10 @@ struct DeviceBatchRequest {
   // decoded there and copied into the resident area; what it leaves, the server decodes. Null:
   // the server decodes them all.
   JobDecoder* job_decoder = nullptr;
+  // Called once the job's process has this build's JPEGs (never when the server decodes them
+  // all): the job's next build may start, so that the job decodes it while this one finishes.
+  // From Build's thread, with no lock of the GPU held.
+  std::function<void()> job_work_sent;
 };
 
 // Counters of one GPU since the server started (read without locks; each is monotonic except
@@ -86,6 +90,9 @@ struct GpuCounters {
   // trips (apart from decode_seconds), and works a job failed or missed (the server decoded them).
   uint64_t job_decodes = 0, job_decode_failures = 0;
   double job_decode_seconds = 0;
+  // Builds planned while an earlier one waited for its job's decode: the job's next JPEGs went
+  // out before the previous build finished.
+  uint64_t overlapped_builds = 0;
   // Build's wall time by phase, to tell where a slow build waits: for the previous build (lock),
   // nvJPEG's header parse, its decode call, the resize launch, CPU decode of what nvJPEG refused,
   // the stream between decode batches, and the final wait for the batch's GPU work; with decode
@@ -111,8 +118,10 @@ class GpuService {
                                                            uint64_t image_bytes) = 0;
   // Uploads what is not resident, runs the assembly kernel and copies the labels; returns once
   // the batch is complete in device memory, so the job may read it as soon as it is told.
-  // REQUIRES: the sample bytes stay valid until it returns. Thread-safe (calls on one GPU run
-  // one at a time). Cost: the uploads (PCIe) plus the kernel, about 1 ms for 256 images.
+  // REQUIRES: the sample bytes stay valid until it returns. Thread-safe: calls on one GPU plan
+  // one at a time and finish one at a time in the order they planned; between the two, a build
+  // whose JPEGs its job decodes waits for the job with no lock held, so the next build plans.
+  // Cost: the uploads (PCIe) plus the kernel, about 1 ms for 256 images, plus any decode.
   virtual Status Build(const DeviceBatchRequest& request) = 0;
   virtual GpuCounters Counters() const = 0;
   // The GPU decode backend ("hardware", "gpu-hybrid"), or empty when this GPU does not decode:

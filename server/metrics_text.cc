@@ -172,6 +172,9 @@ std::string RenderPrometheus(const EngineSnapshot& s) {
   per_gpu("carpool_gpu_job_decodes_total", "counter",
           "Encoded samples the jobs' own processes decoded for this GPU (--job-decode)",
           &GpuCounters::job_decodes);
+  per_gpu("carpool_gpu_overlapped_builds_total", "counter",
+          "Builds planned while an earlier one waited for its job's own GPU decode",
+          &GpuCounters::overlapped_builds);
   per_gpu("carpool_gpu_job_decode_failures_total", "counter",
           "Decode works a job failed or missed, which the server then decoded",
           &GpuCounters::job_decode_failures);

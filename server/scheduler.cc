@@ -234,16 +234,17 @@ uint64_t Scheduler::Tick(double now, std::vector<Assignment>* decided,
   return rounds;
 }
 
-bool Scheduler::NextBatch(JobId id, size_t b, std::vector<Decision>* out) const {
+bool Scheduler::NextBatch(JobId id, size_t b, std::vector<Decision>* out, size_t skip) const {
   out->clear();
   const Job* job = Find(id);
-  if (job == nullptr || job->queue.empty() || b == 0) return false;
-  const uint32_t epoch = job->queue.front().epoch;
+  if (job == nullptr || job->queue.size() <= skip || b == 0) return false;
+  const uint32_t epoch = job->queue[skip].epoch;
   size_t k = 0;
-  while (k < b && k < job->queue.size() && job->queue[k].epoch == epoch) ++k;
+  while (k < b && skip + k < job->queue.size() && job->queue[skip + k].epoch == epoch) ++k;
   const bool epoch_decided = epoch < job->epoch || tree_.Remaining(id) == 0;
   if (k < b && !epoch_decided) return false;
-  out->assign(job->queue.begin(), job->queue.begin() + static_cast<ptrdiff_t>(k));
+  const auto first = job->queue.begin() + static_cast<ptrdiff_t>(skip);
+  out->assign(first, first + static_cast<ptrdiff_t>(k));
   return true;
 }
 

@@ -217,10 +217,11 @@ class Scheduler : public cache::NextUseOracle {
   // Whether the last Tick stopped at its deadline with rounds still due.
   bool cut_short() const { return cut_short_; }
 
-  // The job's next batch: the first min(b, k) queued decisions, k = how many at the queue's front
-  // share the front's epoch. Returns false, with `out` empty, while fewer than b are queued and
-  // that epoch still has undecided samples (run Tick). True with a short batch at an epoch's end.
-  bool NextBatch(JobId job, size_t b, std::vector<Decision>* out) const;
+  // The job's next batch after the first `skip` queued decisions (batches taken, not yet
+  // consumed): the next min(b, k), k = how many from there share its epoch. Returns false, with
+  // `out` empty, while fewer than b are queued there and that epoch still has undecided samples
+  // (run Tick). True with a short batch at an epoch's end. O(b).
+  bool NextBatch(JobId job, size_t b, std::vector<Decision>* out, size_t skip = 0) const;
   // The whole decided queue, front first; nullptr for an unknown job. Valid until a mutation.
   const std::deque<Decision>* Queue(JobId job) const;
   // Delivers the first `n` queued decisions (n <= queue size): one reference each, and the rate

@@ -627,6 +627,38 @@ TEST(SchedulerTest, NextBatchWaitsForUndecidedSamples) {
   EXPECT_EQ(s.Queue(1)->back().epoch, 1u) << "look-ahead crosses the epoch boundary";
 }
 
+// A job whose next build starts before the previous one is consumed takes the batch after it:
+// the same decisions, in the same order, as taking them one at a time.
+TEST(SchedulerTest, NextBatchAfterTheBatchesTaken) {
+  Scheduler s(Opts(64), nullptr);
+  ASSERT_TRUE(s.AddJob(1, Range(0, 10), 2, 8, 0).ok());
+  s.Tick(0);
+  const std::deque<Decision> queue = *s.Queue(1);
+  ASSERT_EQ(queue.size(), 8u);
+  std::vector<Decision> first, second, none;
+  ASSERT_TRUE(s.NextBatch(1, 3, &first));
+  ASSERT_TRUE(s.NextBatch(1, 3, &second, 3));
+  ASSERT_EQ(second.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(first[i].sample, queue[i].sample);
+    EXPECT_EQ(second[i].sample, queue[3 + i].sample);
+  }
+  EXPECT_FALSE(s.NextBatch(1, 3, &none, 8)) << "nothing queued past the batches taken";
+  EXPECT_FALSE(s.NextBatch(1, 3, &none, 6)) << "2 left of an epoch still being decided";
+  // Consuming the first batch makes the second the front, as taken.
+  ASSERT_TRUE(s.Consume(1, 3, 1).ok());
+  std::vector<Decision> front;
+  ASSERT_TRUE(s.NextBatch(1, 3, &front));
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(front[i].sample, second[i].sample);
+  // At an epoch's end the batch after the taken ones is short, never one across the boundary.
+  ASSERT_TRUE(s.Consume(1, 3, 2).ok());
+  s.Tick(2);
+  std::vector<Decision> tail;
+  ASSERT_TRUE(s.NextBatch(1, 3, &tail, 3));
+  ASSERT_EQ(tail.size(), 1u);
+  EXPECT_EQ(tail[0].epoch, 0u);
+}
+
 TEST(SchedulerTest, RatesFromDeliveries) {
   SchedulerOptions o = Opts(64);
   o.prior_rate = 3.0;

@@ -370,8 +370,10 @@ void Session::OnDecodeDone(protocol::DecodeDone done) {
   }
   {
     MutexLock lock(decode_mu_);
-    if (done.work_id != decode_work_id_ || decode_done_) return;  // late: its build went on
-    decode_done_ = std::move(done);
+    auto it = decode_outstanding_.find(done.work_id);
+    // Late (its build went on without it) or answered twice: ignored.
+    if (it == decode_outstanding_.end() || it->second.has_value()) return;
+    it->second = std::move(done);
   }
   decode_cv_.notify_all();
 }
@@ -395,6 +397,8 @@ Result<UniqueFd> Session::EnsureDecodeSegment(uint64_t bytes) {
 
 void Session::Disable(const Status& why) {
   if (decode_enabled_.exchange(false)) {
+    { MutexLock lock(decode_mu_); }  // a waiter between its check and its sleep sees the flag
+    decode_cv_.notify_all();         // the other outstanding work's build goes on at once
     log::Warn(
         "GPU decode in a job's process is off for that job from now on (the server "
         "decodes its JPEGs): {}",
@@ -402,37 +406,61 @@ void Session::Disable(const Status& why) {
   }
 }
 
-Result<JobDecodeResult> Session::Decode(std::string_view prepare_spec,
-                                        std::span<const JobDecodeItem> items,
-                                        uint64_t output_bytes,
-                                        std::chrono::milliseconds deadline) {
+Result<JobDecodeTicket> Session::Send(std::string_view prepare_spec,
+                                      std::span<const JobDecodeItem> items, uint64_t lane_bytes) {
   auto disable = [this](Status s) {
     Disable(s);
     return s;
   };
   if (!decode_enabled_.load()) return Status::FailedPrecondition("the job decodes no more");
-  uint64_t total = 0;
-  for (const JobDecodeItem& it : items) total += it.encoded.size();
-  Result<UniqueFd> fresh = EnsureDecodeSegment(total);
-  if (!fresh.ok()) return disable(fresh.status());
-  protocol::DecodeWork work;
-  work.prepare = std::string(prepare_spec);
-  work.output_bytes = output_bytes;
-  work.items.reserve(items.size());
-  const auto copy_start = std::chrono::steady_clock::now();
-  uint64_t at = 0;
-  for (const JobDecodeItem& it : items) {
-    std::memcpy(decode_segment_->data() + at, it.encoded.data(), it.encoded.size());
-    work.items.push_back({at, it.encoded.size(), it.height, it.width, it.channels, it.dst_offset});
-    at += it.encoded.size();
-  }
+  JobDecodeTicket ticket;
+  bool closed = false;
   {
     MutexLock lock(decode_mu_);
-    if (decode_closed_) return disable(Status::Unavailable("the job's connection closed"));
-    work.work_id = ++decode_work_id_;
-    decode_done_.reset();
+    if (decode_outstanding_.size() >= kLanes && !decode_closed_) {
+      return Status::FailedPrecondition(
+          fmt::format("the job has {} decode works outstanding, as many as it has lanes", kLanes));
+    }
+    closed = decode_closed_;
+    ticket.work_id = decode_work_id_ + 1;
   }
+  // Disable takes decode_mu_: never called under it.
+  if (closed) return disable(Status::Unavailable("the job's connection closed"));
+  // Consecutive works alternate lanes, and at most kLanes are outstanding: the lane is free.
+  ticket.lane = static_cast<uint32_t>((ticket.work_id - 1) % kLanes);
+  ticket.lane_bytes = lane_bytes;
+  ticket.items = items.size();
+  uint64_t total = 0;
+  for (const JobDecodeItem& it : items) total += it.encoded.size();
+  // A new segment replaces the server's view only: the job keeps its mapping of the old one
+  // until it reaches the new segment's frame, after the works sent before.
+  Result<UniqueFd> fresh = EnsureDecodeSegment(kLanes * total);
+  if (!fresh.ok()) return disable(fresh.status());
   const uint64_t segment_bytes = decode_segment_->size();
+  const uint64_t lane_start = ticket.lane * (segment_bytes / kLanes);
+  protocol::DecodeWork work;
+  work.prepare = std::string(prepare_spec);
+  work.output_bytes = kLanes * lane_bytes;
+  work.items.reserve(items.size());
+  const auto copy_start = std::chrono::steady_clock::now();
+  uint64_t at = lane_start;
+  for (const JobDecodeItem& it : items) {
+    std::memcpy(decode_segment_->data() + at, it.encoded.data(), it.encoded.size());
+    work.items.push_back({at, it.encoded.size(), it.height, it.width, it.channels,
+                          ticket.lane * lane_bytes + it.dst_offset});
+    at += it.encoded.size();
+  }
+  ticket.copy_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count();
+  {
+    MutexLock lock(decode_mu_);
+    closed = decode_closed_;
+    if (!closed) {
+      decode_work_id_ = work.work_id = ticket.work_id;
+      decode_outstanding_.emplace(ticket.work_id, std::nullopt);
+    }
+  }
+  if (closed) return disable(Status::Unavailable("the job's connection closed"));
   OnIo([this, work = std::move(work), fd = std::make_shared<UniqueFd>(std::move(*fresh)),
         segment_bytes]() mutable {
     if (closed_ || !job_id_) return;
@@ -440,23 +468,51 @@ Result<JobDecodeResult> Session::Decode(std::string_view prepare_spec,
     if (fd->valid()) Reply(protocol::DecodeSegment{*job_id_, segment_bytes}, std::move(*fd));
     Reply(work);
   });
-  const std::chrono::milliseconds wait = deadline;
+  return ticket;
+}
+
+Result<JobDecodeResult> Session::Await(const JobDecodeTicket& ticket,
+                                       std::chrono::milliseconds deadline) {
+  auto disable = [this](Status s) {
+    Disable(s);
+    return s;
+  };
   const auto wait_start = std::chrono::steady_clock::now();
-  protocol::DecodeDone done;
+  std::optional<protocol::DecodeDone> answer;
+  bool turned_off = false, closed = false;
   {
     MutexLock lock(decode_mu_);
-    const bool answered = decode_mu_.WaitFor(decode_cv_, wait, [this]() REQUIRES(decode_mu_) {
-      return decode_done_.has_value() || decode_closed_;
-    });
-    if (!answered || !decode_done_) {
-      return disable(Status::Unavailable(fmt::format(
-          "the job did not answer decode work {} ({} JPEGs) within {} ms", decode_work_id_,
-          items.size(), wait.count())));
+    auto it = decode_outstanding_.find(ticket.work_id);
+    if (it == decode_outstanding_.end()) {
+      return Status::InvalidArgument(
+          fmt::format("decode work {} is not outstanding (awaited twice?)", ticket.work_id));
     }
-    done = std::move(*decode_done_);
-    decode_done_.reset();
+    const bool woken = decode_mu_.WaitFor(decode_cv_, deadline, [&]() REQUIRES(decode_mu_) {
+      return it->second.has_value() || decode_closed_ || !decode_enabled_.load();
+    });
+    answer = std::move(it->second);
+    decode_outstanding_.erase(it);
+    closed = !answer && decode_closed_;
+    turned_off = woken && !answer && !closed;
   }
+  if (closed) return disable(Status::Unavailable("the job's connection closed"));
+  if (turned_off) {
+    return Status::FailedPrecondition(fmt::format(
+        "the job's decoding was turned off while work {} was outstanding", ticket.work_id));
+  }
+  if (!answer) {
+    return disable(Status::Unavailable(
+        fmt::format("the job did not answer decode work {} ({} JPEGs) within {} ms", ticket.work_id,
+                    ticket.items, deadline.count())));
+  }
+  // Turned off meanwhile (another work failed): nothing of it is trusted, and it is no new failure.
+  if (!decode_enabled_.load()) {
+    return Status::FailedPrecondition(fmt::format(
+        "the job's decoding was turned off while work {} was outstanding", ticket.work_id));
+  }
+  protocol::DecodeDone done = std::move(*answer);
   if (done.code != StatusCode::kOk) return disable(Status(done.code, done.message));
+  const uint64_t output_bytes = kLanes * ticket.lane_bytes;
   if (done.buffer_handle.size() != protocol::kIpcHandleBytes ||
       done.buffer_offset > done.buffer_bytes ||
       done.buffer_bytes - done.buffer_offset < output_bytes) {
@@ -465,17 +521,18 @@ Result<JobDecodeResult> Session::Decode(std::string_view prepare_spec,
         done.buffer_bytes, done.buffer_offset, output_bytes)));
   }
   for (uint32_t i : done.failed) {
-    if (i >= items.size()) {
-      return disable(Status::Corruption(fmt::format(
-          "the job says item {} of a {}-item decode work failed", i, items.size())));
+    if (i >= ticket.items) {
+      return disable(Status::Corruption(
+          fmt::format("the job says item {} of a {}-item decode work failed", i, ticket.items)));
     }
   }
-  const auto seconds = [](auto from, auto to) {
-    return std::chrono::duration<double>(to - from).count();
-  };
-  return JobDecodeResult{std::move(done.buffer_handle), done.buffer_offset, done.buffer_bytes,
-                         std::move(done.failed), seconds(copy_start, wait_start),
-                         seconds(wait_start, std::chrono::steady_clock::now())};
+  return JobDecodeResult{
+      std::move(done.buffer_handle),
+      done.buffer_offset + ticket.lane * ticket.lane_bytes,
+      done.buffer_bytes,
+      std::move(done.failed),
+      ticket.copy_seconds,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count()};
 }
 
 void Session::SendBatch(const protocol::BatchReady& batch) {

@@ -6,19 +6,19 @@
 #define CARPOOL_SERVER_SESSION_H_
 
 #include <atomic>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <boost/asio/local/stream_protocol.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "common/mutex.h"
 #include "common/unique_fd.h"
@@ -45,9 +45,10 @@ class Session : public JobSink, public JobDecoder, public std::enable_shared_fro
   // JobDecoder: from a build's worker thread.
   bool enabled() const override { return decode_enabled_.load(); }
   void Disable(const Status& why) override;
-  Result<JobDecodeResult> Decode(std::string_view prepare_spec,
-                                 std::span<const JobDecodeItem> items, uint64_t output_bytes,
-                                 std::chrono::milliseconds deadline) override;
+  Result<JobDecodeTicket> Send(std::string_view prepare_spec, std::span<const JobDecodeItem> items,
+                               uint64_t lane_bytes) override;
+  Result<JobDecodeResult> Await(const JobDecodeTicket& ticket,
+                                std::chrono::milliseconds deadline) override;
 
  private:
   void ReadHeader();
@@ -103,14 +104,16 @@ class Session : public JobSink, public JobDecoder, public std::enable_shared_fro
   uint32_t credits_ = 0;  // the job's prefetch depth
   std::set<std::pair<uint32_t, uint64_t>> unreleased_;  // (slot, generation) delivered
 
-  // GPU decode in the job's process: the build waiting for its answer, on a worker thread.
+  // GPU decode in the job's process: the builds waiting for their answers, on worker threads.
   std::atomic<bool> decode_enabled_{true};  // false after any failure, for good
   Mutex decode_mu_;
   std::condition_variable decode_cv_;
-  uint64_t decode_work_id_ GUARDED_BY(decode_mu_) = 0;        // the work awaited
-  std::optional<protocol::DecodeDone> decode_done_ GUARDED_BY(decode_mu_);
-  bool decode_closed_ GUARDED_BY(decode_mu_) = false;         // the session closed
-  std::unique_ptr<protocol::SharedMapping> decode_segment_;  // the worker thread's
+  uint64_t decode_work_id_ GUARDED_BY(decode_mu_) = 0;  // the latest work sent
+  // The works sent and not yet awaited (at most JobDecoder::kLanes), with their answers once in.
+  std::map<uint64_t, std::optional<protocol::DecodeDone>> decode_outstanding_
+      GUARDED_BY(decode_mu_);
+  bool decode_closed_ GUARDED_BY(decode_mu_) = false;        // the session closed
+  std::unique_ptr<protocol::SharedMapping> decode_segment_;  // Send's (one at a time)
 };
 
 }  // namespace carpool

@@ -172,13 +172,15 @@ TEST_F(JobDecodeSessionTest, TheWorkCarriesTheBytesAndTheAnswerComesBack) {
     ASSERT_NE(work, nullptr);
     EXPECT_EQ(work->job_id, job);
     EXPECT_EQ(work->prepare, "resize=8,crop=8,decode=gpu");
-    EXPECT_EQ(work->output_bytes, 768u);
+    // Two lanes of 768 bytes; consecutive works alternate between them.
+    const uint64_t lane = round % 2;
+    EXPECT_EQ(work->output_bytes, 2 * 768u);
     ASSERT_EQ(work->items.size(), 3u);
     for (size_t i = 0; i < 3; ++i) {
       const protocol::DecodeItem& it = work->items[i];
       EXPECT_EQ(it.height, 8u);
       EXPECT_EQ(it.channels, 3u);
-      EXPECT_EQ(it.dst_offset, 256 * i);
+      EXPECT_EQ(it.dst_offset, lane * 768 + 256 * i);
       ASSERT_EQ(it.length, jpegs[i].size());
       ASSERT_LE(it.offset + it.length, segment_->size());
       EXPECT_EQ(0, std::memcmp(segment_->data() + it.offset, jpegs[i].data(), it.length))
@@ -195,10 +197,79 @@ TEST_F(JobDecodeSessionTest, TheWorkCarriesTheBytesAndTheAnswerComesBack) {
     Result<JobDecodeResult> r = result.get();
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->buffer_handle, done.buffer_handle);
+    EXPECT_EQ(r->buffer_offset, lane * 768) << "the lane's first byte";
     EXPECT_EQ(r->buffer_bytes, done.buffer_bytes);
     EXPECT_EQ(r->failed, std::vector<uint32_t>{1});
     EXPECT_TRUE(decoder->enabled());
   }
+}
+
+// A job's next build sends its work while the previous one waits: two works outstanding, each in
+// its own lane of the segment and of the job's buffer, answered in any order.
+TEST_F(JobDecodeSessionTest, TwoWorksAreOutstandingAtOnceInTheirOwnLanes) {
+  JobDecoder* decoder = JoinDecoding();
+  ASSERT_NE(decoder, nullptr);
+  Result<JobDecodeTicket> first = decoder->Send("resize=8,crop=8,decode=gpu", items_, 768);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  Result<JobDecodeTicket> second = decoder->Send("resize=8,crop=8,decode=gpu", items_, 768);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_NE(first->lane, second->lane);
+  // A third while both lanes are taken: refused, and the job's decoding stays on.
+  Result<JobDecodeTicket> third = decoder->Send("resize=8,crop=8,decode=gpu", items_, 768);
+  EXPECT_EQ(third.status().code(), StatusCode::kFailedPrecondition) << third.status().ToString();
+  EXPECT_TRUE(decoder->enabled());
+
+  protocol::DecodeWork w1 = FirstWork();
+  ReceivedFrame f2 = NextDecodeFrame();
+  auto* w2 = std::get_if<protocol::DecodeWork>(&f2.message);
+  ASSERT_NE(w2, nullptr);
+  ASSERT_EQ(w1.items.size(), 3u);
+  ASSERT_EQ(w2->items.size(), 3u);
+  // The segment's lanes do not overlap, nor do the buffer's.
+  const uint64_t end1 = w1.items.back().offset + w1.items.back().length;
+  EXPECT_LE(end1, w2->items.front().offset);
+  EXPECT_EQ(w1.items.front().dst_offset, 0u);
+  EXPECT_EQ(w2->items.front().dst_offset, 768u);
+
+  // Answered second first: each build gets its own work's answer.
+  protocol::DecodeDone d2 = Answer(*w2);
+  d2.buffer_handle = std::string(protocol::kIpcHandleBytes, 'b');
+  protocol::DecodeDone d1 = Answer(w1);
+  d1.buffer_handle = std::string(protocol::kIpcHandleBytes, 'a');
+  ASSERT_TRUE(socket_->Send(d2).ok());
+  ASSERT_TRUE(socket_->Send(d1).ok());
+  Result<JobDecodeResult> r1 = decoder->Await(*first, 2000ms);
+  Result<JobDecodeResult> r2 = decoder->Await(*second, 2000ms);
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_EQ(r1->buffer_handle, d1.buffer_handle);
+  EXPECT_EQ(r2->buffer_handle, d2.buffer_handle);
+  EXPECT_EQ(r1->buffer_offset, 0u);
+  EXPECT_EQ(r2->buffer_offset, 768u);
+  // Both lanes free again.
+  Result<JobDecodeTicket> next = decoder->Send("resize=8,crop=8,decode=gpu", items_, 768);
+  EXPECT_TRUE(next.ok()) << next.status().ToString();
+}
+
+// One work's failure turns the job's decoding off, and the build awaiting the other goes on at
+// once instead of waiting out its deadline.
+TEST_F(JobDecodeSessionTest, AFailureReleasesTheOtherOutstandingWorkAtOnce) {
+  JobDecoder* decoder = JoinDecoding();
+  ASSERT_NE(decoder, nullptr);
+  Result<JobDecodeTicket> first = decoder->Send("resize=8,crop=8,decode=gpu", items_, 768);
+  Result<JobDecodeTicket> second = decoder->Send("resize=8,crop=8,decode=gpu", items_, 768);
+  ASSERT_TRUE(first.ok() && second.ok());
+  auto later = std::async(std::launch::async, [&] {
+    return decoder->Await(*second, std::chrono::milliseconds(20000));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  Result<JobDecodeResult> r1 = decoder->Await(*first, 300ms);  // never answered
+  EXPECT_EQ(r1.status().code(), StatusCode::kUnavailable) << r1.status().ToString();
+  EXPECT_FALSE(decoder->enabled());
+  ASSERT_EQ(later.wait_for(3s), std::future_status::ready);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  Result<JobDecodeResult> r2 = later.get();
+  EXPECT_EQ(r2.status().code(), StatusCode::kFailedPrecondition) << r2.status().ToString();
 }
 
 TEST_F(JobDecodeSessionTest, AFailedAnswerTurnsTheJobsDecodingOffForGood) {

@@ -450,7 +450,7 @@ def server_deltas(s0, s1, gpu):
     d = {k: g1[k] - g0[k] for k in ("batches", "images", "uploads", "upload_bytes",
                                      "resident_hits", "resident_evictions", "assemble_seconds")}
     for k in ("gpu_decodes", "cpu_fallbacks", "decoded_bytes", "undecodable", "decode_seconds",
-              "job_decodes", "job_decode_failures", "job_decode_seconds"):
+              "job_decodes", "job_decode_failures", "job_decode_seconds", "overlapped_builds"):
         if k in g1:  # servers with GPU decode (issue 23)
             d[k] = g1[k] - g0.get(k, 0)
     if "build_phase_seconds" in g1:  # where builds spend their time

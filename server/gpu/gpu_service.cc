@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "common/elapsed.h"
 #include "common/fair_mutex.h"
 #include "common/log.h"
+#include "common/mutex.h"
 #include "server/gpu/batch_decoder.h"
 #include "server/gpu/cuda_check.h"
 #include "server/gpu/device_probe.h"
@@ -116,19 +119,33 @@ class CudaGpuService : public GpuService {
  private:
   CudaGpuService(int device, std::string name, std::string pci, uint64_t resident_bytes)
       : device_(device), name_(std::move(name)), pci_(std::move(pci)), area_(resident_bytes) {}
-  Status BuildLocked(const DeviceBatchRequest& request, const CudaDeviceSlots& slots) REQUIRES(mu_);
+  // A build between its phases (Build): what its plan placed and found, and its job's work.
+  struct BuildPlan;
+  // Phase 1: resident blocks found and placed, and what to upload and decode where. With
+  // use_area false, nothing is placed or found: decodes go to the scratch (a restart).
+  void PlanLocked(const DeviceBatchRequest& request, bool use_area, BuildPlan& plan) REQUIRES(mu_);
+  // Phase 1: sends the plan's decodes to the job's process, if it decodes for this GPU now.
+  void SendJobWorkLocked(const DeviceBatchRequest& request, BuildPlan& plan) REQUIRES(mu_);
+  // Phase 3, in plan order: uploads, decodes (the job's copied out, the rest here), assembly,
+  // labels, and the wait for the stream.
+  Status FinishLocked(const DeviceBatchRequest& request, const CudaDeviceSlots& slots,
+                      BuildPlan& plan) REQUIRES(mu_);
   // Decodes the encoded samples of a build into their blocks (GPU decode).
   Status DecodeLocked(const DeviceBatchRequest& request,
                       std::span<const gpu::DecodeTarget> targets) REQUIRES(mu_);
-  // Decodes targets in the job's process (request.job_decoder) and copies them into place on
-  // the stream; returns those left for the server (all of them when the job fails).
-  std::vector<gpu::DecodeTarget> DecodeInJobLocked(const DeviceBatchRequest& request,
-                                                   std::span<const gpu::DecodeTarget> targets)
-      REQUIRES(mu_);
+  // Copies what the job's process decoded into place on the stream; returns the targets left
+  // for the server (all of them when the job failed).
+  std::vector<gpu::DecodeTarget> CopyOutJobWorkLocked(const DeviceBatchRequest& request,
+                                                      BuildPlan& plan) REQUIRES(mu_);
   // The job's decode buffer mapped into this process (opened once per handle), or an error.
   // `needed` bytes of it must be mapped (Corruption otherwise).
   Result<uint8_t*> MapJobBuffer(const JobDecoder* decoder, const std::string& handle,
                                 uint64_t needed) REQUIRES(mu_);
+  // Forgets a placed block whose pixels will not come; later plans that found it restart.
+  void EraseLocked(uint32_t sample) REQUIRES(mu_) {
+    area_.Erase(sample);
+    ++erasures_;
+  }
 
   const int device_;
   const std::string name_, pci_;
@@ -148,12 +165,23 @@ class CudaGpuService : public GpuService {
   std::unique_ptr<gpu::BatchDecoder> decode_ GUARDED_BY(mu_);  // null when decoder_name_ is empty
   gpu::DeviceBuffer prepared_scratch_ GUARDED_BY(mu_);  // decoded samples that found no block
   struct JobBuffer {
+    uint64_t lane_bytes = 0;  // what the first work asked for: no later work asks more
+    bool answered = false;    // a work came back: later deadlines are the short one
     std::string handle;
-    void* base = nullptr;  // cudaIpcOpenMemHandle's mapping
+    void* base = nullptr;  // cudaIpcOpenMemHandle's mapping, at the first answer
     uint64_t bytes = 0;    // mapped from base on
-    uint64_t work_bytes = 0;  // what the first work asked for: no later work asks more
   };
   std::unordered_map<const JobDecoder*, JobBuffer> job_buffers_ GUARDED_BY(mu_);
+  // Builds overlap: a job's next build plans and sends its JPEGs while the previous one waits for
+  // the job's answer. Their blocks stay put (in_flight_), and they finish in plan order (turns).
+  std::unordered_map<uint32_t, uint32_t> in_flight_ GUARDED_BY(mu_);  // sample -> builds using it
+  uint64_t erasures_ GUARDED_BY(mu_) = 0;         // blocks forgotten (EraseLocked)
+  uint64_t next_turn_ GUARDED_BY(mu_) = 0;        // the next plan's
+  uint64_t planned_ GUARDED_BY(mu_) = 0;          // builds planned and not finished
+  uint64_t in_flight_waits_ GUARDED_BY(mu_) = 0;  // of them, whose JPEGs their job decodes
+  Mutex turn_mu_;
+  std::condition_variable turn_cv_;
+  uint64_t serving_turn_ GUARDED_BY(turn_mu_) = 0;  // the plan that may finish now
 
   std::atomic<uint64_t> batches_{0}, images_{0}, uploads_{0}, upload_bytes_{0};
   std::atomic<uint64_t> resident_hits_{0}, resident_evictions_{0}, resident_bytes_{0};
@@ -163,6 +191,7 @@ class CudaGpuService : public GpuService {
   std::atomic<uint64_t> gpu_decodes_{0}, cpu_fallbacks_{0}, decoded_bytes_{0}, undecodable_{0};
   std::atomic<uint64_t> decode_ns_{0};
   std::atomic<uint64_t> job_decodes_{0}, job_decode_failures_{0}, job_decode_ns_{0};
+  std::atomic<uint64_t> overlapped_builds_{0};
   std::atomic<uint64_t> job_copy_ns_{0}, job_wait_ns_{0}, job_copy_out_ns_{0}, assemble_kernel_ns_{0};
   std::atomic<uint64_t> lock_ns_{0}, inspect_ns_{0}, nvjpeg_ns_{0}, resize_ns_{0},
       cpu_decode_ns_{0}, decode_wait_ns_{0}, sync_ns_{0};  // GpuCounters::BuildPhases
@@ -301,6 +330,30 @@ Result<std::unique_ptr<DeviceSlots>> CudaGpuService::CreateSlots(uint32_t count,
   return std::unique_ptr<DeviceSlots>(std::move(slots));
 }
 
+struct CudaGpuService::BuildPlan {
+  uint64_t turn = 0;
+  // erasures_ when planned: an erasure since then may have taken a block it reads.
+  uint64_t erasures = 0;
+  std::vector<const uint8_t*> sources;  // null: staging, or a scratch decode (resolved in phase 3)
+  std::vector<PreparedView> views;
+  std::unordered_map<uint32_t, const uint8_t*> placed;  // blocks this build fills
+  uint64_t uploads = 0, upload_bytes = 0, hits = 0;
+  std::vector<void*> copy_dst;
+  std::vector<const void*> copy_src;
+  std::vector<size_t> copy_bytes;
+  // Encoded (decode=gpu) samples to decode: into a resident block, or the scratch at an offset.
+  std::vector<gpu::DecodeTarget> decodes;
+  std::vector<std::pair<size_t, uint64_t>> scratch_decodes;  // (index in decodes, offset)
+  std::unordered_map<uint32_t, size_t> scratch_index;        // id -> index in decodes
+  uint64_t scratch_bytes = 0;
+  // The decodes sent to the job's process: its work, and its answer once awaited.
+  std::vector<JobDecodeItem> job_items;
+  std::optional<JobDecodeTicket> job_ticket;
+  std::optional<Result<JobDecodeResult>> job_answer;
+  bool job_first = false;  // no work of the job's has come back yet
+  std::chrono::steady_clock::time_point job_start;
+};
+
 Status CudaGpuService::Build(const DeviceBatchRequest& request) {
   auto* slots = dynamic_cast<CudaDeviceSlots*>(request.slots);
   if (slots == nullptr || slots->device_ != device_ || request.slot >= slots->count_) {
@@ -315,20 +368,221 @@ Status CudaGpuService::Build(const DeviceBatchRequest& request) {
         request.sample_ids.size(), request.seeds.size(), request.labels.size()));
   }
   const auto start = std::chrono::steady_clock::now();
-  FairMutexLock lock(mu_);
-  lock_ns_ += NanosSince(start);
-  Status built = BuildLocked(request, *slots);
+  BuildPlan plan;
+  bool sent = false;  // the job has this build's JPEGs
+  // Phase 1: the plan, and the job's work sent.
+  {
+    FairMutexLock lock(mu_);
+    lock_ns_ += NanosSince(start);
+    plan.turn = next_turn_++;
+    plan.erasures = erasures_;
+    if (planned_++ > 0 && in_flight_waits_ > 0) ++overlapped_builds_;
+    for (uint32_t id : request.sample_ids) ++in_flight_[id];
+    PlanLocked(request, /*use_area=*/true, plan);
+    SendJobWorkLocked(request, plan);
+    sent = plan.job_ticket.has_value();
+    if (sent) ++in_flight_waits_;
+  }
+  if (sent) {
+    // The job's next build may plan and send now: the job decodes it while this one finishes.
+    if (request.job_work_sent) request.job_work_sent();
+    // Phase 2: the job's answer, with no lock held. A job slower than this to answer is not
+    // decoding for us; its first answer may wait for its CUDA context and nvJPEG to start.
+    plan.job_answer = request.job_decoder->Await(
+        *plan.job_ticket, std::chrono::milliseconds(plan.job_first ? 30000 : 3000));
+  }
+  // Phase 3, in plan order: a later plan may read blocks this one fills.
+  const auto turn_start = std::chrono::steady_clock::now();
+  {
+    MutexLock turn(turn_mu_);
+    turn_mu_.Wait(turn_cv_, [&]() REQUIRES(turn_mu_) { return serving_turn_ == plan.turn; });
+  }
+  Status built;
+  {
+    FairMutexLock lock(mu_);
+    lock_ns_ += NanosSince(turn_start);
+    built = FinishLocked(request, *slots, plan);
+    --planned_;
+    if (sent) --in_flight_waits_;
+    for (uint32_t id : request.sample_ids) {
+      if (auto it = in_flight_.find(id); it != in_flight_.end() && --it->second == 0) {
+        in_flight_.erase(it);
+      }
+    }
+  }
+  {
+    MutexLock turn(turn_mu_);
+    ++serving_turn_;
+  }
+  turn_cv_.notify_all();
   assemble_ns_ += NanosSince(start);
   return built;
 }
 
-Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
-                                   const CudaDeviceSlots& slots) {
+void CudaGpuService::PlanLocked(const DeviceBatchRequest& request, bool use_area, BuildPlan& plan) {
+  const size_t n = request.samples.size();
+  // Resident samples are read in place; the others are copied into a new resident block (one
+  // upload however many jobs use them while they stay), or left to the assembler's staging when
+  // the area has no room. Blocks that builds in flight read or fill are never evicted.
+  plan.sources.assign(n, nullptr);
+  plan.views.assign(request.samples.begin(), request.samples.end());
+  std::unordered_set<uint32_t> in_use(request.sample_ids.begin(), request.sample_ids.end());
+  for (const auto& [id, builds] : in_flight_) in_use.insert(id);
+  auto* area = use_area ? static_cast<uint8_t*>(area_memory_.data()) : nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t id = request.sample_ids[i];
+    const PreparedView& view = request.samples[i];
+    const uint64_t bytes = view.shape.bytes();
+    plan.views[i].shape = view.shape.pixels();
+    if (auto it = plan.placed.find(id); it != plan.placed.end()) {
+      plan.sources[i] = it->second;
+      continue;
+    }
+    if (area != nullptr) {
+      if (std::optional<uint64_t> at = area_.Find(id, bytes)) {
+        plan.sources[i] = area + *at;
+        ++plan.hits;
+        continue;
+      }
+      if (std::optional<uint64_t> at = area_.Place(id, bytes, in_use, next_use_)) {
+        plan.sources[i] = area + *at;
+        plan.placed[id] = plan.sources[i];
+        if (view.shape.encoded()) {
+          plan.decodes.push_back(
+              {i, {view.data, view.shape.encoded_bytes}, plan.views[i].shape, area + *at});
+          continue;
+        }
+        plan.copy_dst.push_back(area + *at);
+        plan.copy_src.push_back(view.data);
+        plan.copy_bytes.push_back(bytes);
+        ++plan.uploads;
+        plan.upload_bytes += bytes;
+        continue;
+      }
+    }
+    if (view.shape.encoded()) {  // no block: decoded into the scratch for this build only
+      if (plan.scratch_index.count(id) == 0) {
+        plan.scratch_index[id] = plan.decodes.size();
+        plan.scratch_decodes.emplace_back(plan.decodes.size(), plan.scratch_bytes);
+        plan.decodes.push_back(
+            {i, {view.data, view.shape.encoded_bytes}, plan.views[i].shape, nullptr});
+        plan.scratch_bytes += (bytes + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+      }
+      continue;
+    }
+    // No resident block: the assembler uploads it through staging (counted from its stats).
+  }
+}
+
+void CudaGpuService::SendJobWorkLocked(const DeviceBatchRequest& request, BuildPlan& plan) {
+  // Only while this GPU serves one job: with four training processes on an H200 the jobs'
+  // own decodes cost more than the server's (n4 0.56x against 0.90x of the GPU, one call),
+  // while for one job they gain (0.73x against 0.63x; docs/gpu.md).
+  if (plan.decodes.empty() || request.job_decoder == nullptr || !request.job_decoder->enabled() ||
+      !decode_ || pool_jobs_.load() != 1) {
+    return;
+  }
+  uint64_t output_bytes = 0, largest = 0;
+  plan.job_items.reserve(plan.decodes.size());
+  for (const gpu::DecodeTarget& t : plan.decodes) {
+    plan.job_items.push_back({t.encoded, static_cast<uint32_t>(t.shape.height),
+                              static_cast<uint32_t>(t.shape.width),
+                              static_cast<uint32_t>(t.shape.channels), output_bytes});
+    output_bytes += AlignUp(t.shape.bytes(), kSlotAlign);
+    largest = std::max<uint64_t>(largest, AlignUp(t.shape.bytes(), kSlotAlign));
+  }
+  auto [known, first] = job_buffers_.try_emplace(request.job_decoder);
+  JobBuffer& buffer = known->second;
+  if (first) {
+    // Lanes of room for a whole batch of the largest sample: the job allocates its buffer once,
+    // and no later work asks for more, so it never frees a buffer this process has mapped.
+    buffer.lane_bytes = std::max(output_bytes, largest * request.samples.size());
+  } else if (output_bytes > buffer.lane_bytes) {
+    plan.job_items.clear();
+    return;  // more than a lane of the job's buffer holds: this build decodes here
+  }
+  plan.job_start = std::chrono::steady_clock::now();
+  Result<JobDecodeTicket> ticket =
+      request.job_decoder->Send(request.prepare->ToString(), plan.job_items, buffer.lane_bytes);
+  if (!ticket.ok()) {
+    plan.job_items.clear();
+    // Both lanes taken, or turned off by another work's failure (counted there): not a failure.
+    if (ticket.status().code() == StatusCode::kFailedPrecondition) return;
+    ++job_decode_failures_;
+    log::Warn(
+        "GPU {}: a job's process did not take its batch's {} JPEGs; the server decodes them, "
+        "and that job's from now on: {}",
+        device_, plan.decodes.size(), ticket.status().ToString());
+    return;
+  }
+  job_copy_ns_ += static_cast<uint64_t>(ticket->copy_seconds * 1e9);
+  plan.job_ticket = *ticket;
+  plan.job_first = !buffer.answered;
+}
+
+std::vector<gpu::DecodeTarget> CudaGpuService::CopyOutJobWorkLocked(
+    const DeviceBatchRequest& request, BuildPlan& plan) {
+  const std::span<const gpu::DecodeTarget> targets = plan.decodes;
+  std::vector<gpu::DecodeTarget> all_targets(targets.begin(), targets.end());
+  auto all = [&](const Status& why) {
+    ++job_decode_failures_;
+    request.job_decoder->Disable(why);  // a job that failed once decodes no more
+    log::Warn(
+        "GPU {}: a job's process did not decode its batch's {} JPEGs; the server decodes "
+        "them, and that job's from now on: {}",
+        device_, targets.size(), why.ToString());
+    job_decode_ns_ += NanosSince(plan.job_start);
+    return all_targets;
+  };
+  Result<JobDecodeResult>& done = *plan.job_answer;
+  if (!done.ok()) {
+    // Turned off by another work's failure: counted there.
+    if (done.status().code() == StatusCode::kFailedPrecondition) return all_targets;
+    return all(done.status());
+  }
+  job_wait_ns_ += static_cast<uint64_t>(done->wait_seconds * 1e9);
+  const auto copy_out_start = std::chrono::steady_clock::now();
+  JobBuffer& buffer = job_buffers_[request.job_decoder];
+  Result<uint8_t*> base = MapJobBuffer(request.job_decoder, done->buffer_handle,
+                                       done->buffer_offset + plan.job_ticket->lane_bytes);
+  if (!base.ok()) return all(base.status());
+  const bool first = !buffer.answered;
+  buffer.answered = true;
+  std::vector<bool> failed(targets.size(), false);
+  for (uint32_t i : done->failed) failed[i] = true;  // each < targets.size(): Await checked
+  std::vector<void*> dst;
+  std::vector<const void*> src;
+  std::vector<size_t> bytes;
+  std::vector<gpu::DecodeTarget> left;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (failed[i]) {
+      left.push_back(targets[i]);
+      continue;
+    }
+    dst.push_back(targets[i].dst);
+    src.push_back(*base + done->buffer_offset + plan.job_items[i].dst_offset);
+    bytes.push_back(targets[i].shape.bytes());
+  }
+  if (Status s = CopyToDevice(dst, src, bytes, stream_.get()); !s.ok()) return all(s);
+  job_copy_out_ns_ += NanosSince(copy_out_start);
+  job_decodes_ += dst.size();
+  if (first) {
+    log::Info(
+        "GPU {}: a job's process decodes its JPEGs; its first {} took {:.0f} ms, its CUDA "
+        "and nvJPEG start-up included",
+        device_, targets.size(), done->wait_seconds * 1e3);
+  }
+  job_decode_ns_ += NanosSince(plan.job_start);
+  return left;
+}
+
+Status CudaGpuService::FinishLocked(const DeviceBatchRequest& request, const CudaDeviceSlots& slots,
+                                    BuildPlan& plan) {
   if (Status s = OnDevice(device_); !s.ok()) return s;
   const size_t n = request.samples.size();
   cudaStream_t stream = stream_.get();
-  // Copies out of a job's decode buffer may be in flight (DecodeInJobLocked): every way out of
-  // this build waits for them, so that the job's next work cannot overwrite what they read.
+  // Copies out of a job's decode buffer may be in flight: every way out of this build waits for
+  // them, so that the job's work after next (the same lane) cannot overwrite what they read.
   struct SyncOnExit {
     gpu::CudaStream& stream;
     bool armed = false;
@@ -336,107 +590,59 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
       if (armed) (void)stream.Synchronize();
     }
   } job_copies{stream_};
-  // Resident samples are read in place; the others are copied into a new resident block (one
-  // upload however many jobs use them while they stay), or left to the assembler's staging when
-  // the area has no room.
-  std::vector<const uint8_t*> sources(n, nullptr);
-  std::vector<PreparedView> views(request.samples.begin(), request.samples.end());
-  const std::unordered_set<uint32_t> in_use(request.sample_ids.begin(), request.sample_ids.end());
-  std::unordered_map<uint32_t, const uint8_t*> placed;  // uploaded by this call
-  auto* area = static_cast<uint8_t*>(area_memory_.data());
-  uint64_t uploads = 0, upload_bytes = 0, hits = 0;
-  std::vector<void*> copy_dst;
-  std::vector<const void*> copy_src;
-  std::vector<size_t> copy_bytes;
-  // Encoded (decode=gpu) samples to decode: into a resident block, or the scratch at an offset.
-  std::vector<gpu::DecodeTarget> decodes;
-  std::vector<std::pair<size_t, uint64_t>> scratch_decodes;  // (index in decodes, offset)
-  std::unordered_map<uint32_t, size_t> scratch_index;        // id -> index in decodes
-  uint64_t scratch_bytes = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t id = request.sample_ids[i];
-    const PreparedView& view = request.samples[i];
-    const uint64_t bytes = view.shape.bytes();
-    views[i].shape = view.shape.pixels();
-    if (auto it = placed.find(id); it != placed.end()) {
-      sources[i] = it->second;
-      continue;
-    }
-    if (area != nullptr) {
-      if (std::optional<uint64_t> at = area_.Find(id, bytes)) {
-        sources[i] = area + *at;
-        ++hits;
-        continue;
-      }
-      if (std::optional<uint64_t> at = area_.Place(id, bytes, in_use, next_use_)) {
-        sources[i] = area + *at;
-        placed[id] = sources[i];
-        if (view.shape.encoded()) {
-          decodes.push_back({i, {view.data, view.shape.encoded_bytes}, views[i].shape, area + *at});
-          continue;
-        }
-        copy_dst.push_back(area + *at);
-        copy_src.push_back(view.data);
-        copy_bytes.push_back(bytes);
-        ++uploads;
-        upload_bytes += bytes;
-        continue;
-      }
-    }
-    if (view.shape.encoded()) {  // no block: decoded into the scratch for this build only
-      if (scratch_index.count(id) == 0) {
-        scratch_index[id] = decodes.size();
-        scratch_decodes.emplace_back(decodes.size(), scratch_bytes);
-        decodes.push_back({i, {view.data, view.shape.encoded_bytes}, views[i].shape, nullptr});
-        scratch_bytes += (bytes + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
-      }
-      continue;
-    }
-    // No resident block: the assembler uploads it through staging (counted from its stats).
+  if (plan.erasures != erasures_) {
+    // A build before this one forgot blocks since this plan (a failed or undecodable sample), and
+    // this plan may read one of them: build from the scratch and staging instead, all decoded
+    // here (rare: a damaged JPEG or a CUDA error).
+    for (auto [id, where] : plan.placed) EraseLocked(id);
+    BuildPlan again;
+    again.turn = plan.turn;
+    PlanLocked(request, /*use_area=*/false, again);
+    again.erasures = erasures_;
+    plan = std::move(again);
   }
-  if (Status s = CopyToDevice(copy_dst, copy_src, copy_bytes, stream); !s.ok()) {
-    for (auto [id, where] : placed) area_.Erase(id);
+  auto forget_placed = [&] {
+    for (auto [id, where] : plan.placed) EraseLocked(id);
+  };
+  if (Status s = CopyToDevice(plan.copy_dst, plan.copy_src, plan.copy_bytes, stream); !s.ok()) {
+    forget_placed();
     return s;
   }
-  if (!decodes.empty()) {
-    if (prepared_scratch_.bytes() < scratch_bytes) {
+  if (!plan.decodes.empty()) {
+    if (prepared_scratch_.bytes() < plan.scratch_bytes) {
       prepared_scratch_.Reset();
-      Result<gpu::DeviceBuffer> buf = gpu::DeviceBuffer::Allocate(scratch_bytes);
+      Result<gpu::DeviceBuffer> buf = gpu::DeviceBuffer::Allocate(plan.scratch_bytes);
       if (!buf.ok()) {
-        for (auto [id, where] : placed) area_.Erase(id);
+        forget_placed();
         return buf.status();
       }
       prepared_scratch_ = std::move(*buf);
     }
     auto* scratch = static_cast<uint8_t*>(prepared_scratch_.data());
-    for (auto [k, offset] : scratch_decodes) decodes[k].dst = scratch + offset;
+    for (auto [k, offset] : plan.scratch_decodes) plan.decodes[k].dst = scratch + offset;
     for (size_t i = 0; i < n; ++i) {
-      if (sources[i] == nullptr && request.samples[i].shape.encoded()) {
-        sources[i] = decodes[scratch_index.at(request.sample_ids[i])].dst;
+      if (plan.sources[i] == nullptr && request.samples[i].shape.encoded()) {
+        plan.sources[i] = plan.decodes[plan.scratch_index.at(request.sample_ids[i])].dst;
       }
     }
     std::vector<gpu::DecodeTarget> left;
-    std::span<const gpu::DecodeTarget> server_decodes = decodes;
-    // Only while this GPU serves one job: with four training processes on an H200 the jobs'
-    // own decodes cost more than the server's (n4 0.56x against 0.90x of the GPU, one call),
-    // while for one job they gain (0.73x against 0.63x; docs/gpu.md).
-    if (request.job_decoder != nullptr && request.job_decoder->enabled() && decode_ &&
-        pool_jobs_.load() == 1) {
+    std::span<const gpu::DecodeTarget> server_decodes = plan.decodes;
+    if (plan.job_answer) {
       job_copies.armed = true;
-      left = DecodeInJobLocked(request, decodes);
+      left = CopyOutJobWorkLocked(request, plan);
       server_decodes = left;
     }
     if (!server_decodes.empty()) {
       if (Status s = DecodeLocked(request, server_decodes); !s.ok()) {
-        for (auto [id, where] : placed) area_.Erase(id);
+        forget_placed();
         return s;
       }
     }
   }
   uint8_t* base = slots.SlotBase(request.slot);
-  const gpu::JobBatchRequest job{*request.spec, views, request.seeds, base,
+  const gpu::JobBatchRequest job{*request.spec, plan.views, request.seeds, base,
                                  slots.labels_offset()};
-  const std::span<const uint8_t* const> job_sources(sources);
+  const std::span<const uint8_t* const> job_sources(plan.sources);
   const auto assemble_start = std::chrono::steady_clock::now();
   Result<gpu::AssembleStats> stats =
       assembler_->AssembleBatches({&job, 1}, stream, {&job_sources, 1});
@@ -467,94 +673,21 @@ Status CudaGpuService::BuildLocked(const DeviceBatchRequest& request,
   sync_ns_ += NanosSince(sync_start);
   batches_ += 1;
   images_ += n;
-  uploads_ += uploads + stats->uploads;
-  upload_bytes_ += upload_bytes + stats->upload_bytes;
-  resident_hits_ += hits;
+  uploads_ += plan.uploads + stats->uploads;
+  upload_bytes_ += plan.upload_bytes + stats->upload_bytes;
+  resident_hits_ += plan.hits;
   resident_evictions_ = area_.evictions();
   resident_bytes_ = area_.resident_bytes();
   resident_blocks_ = area_.size();
   return Status::OK();
 }
 
-std::vector<gpu::DecodeTarget> CudaGpuService::DecodeInJobLocked(
-    const DeviceBatchRequest& request, std::span<const gpu::DecodeTarget> targets) {
-  // A job slower than this to answer is not decoding for us: the server takes over. Its first
-  // answer may wait for the process's CUDA context and nvJPEG to start.
-  auto known = job_buffers_.find(request.job_decoder);
-  const bool first = known == job_buffers_.end();
-  const std::chrono::milliseconds deadline{first ? 30000 : 3000};
-  std::vector<JobDecodeItem> items;
-  items.reserve(targets.size());
-  uint64_t output_bytes = 0, largest = 0;
-  for (const gpu::DecodeTarget& t : targets) {
-    items.push_back({t.encoded, static_cast<uint32_t>(t.shape.height),
-                     static_cast<uint32_t>(t.shape.width), static_cast<uint32_t>(t.shape.channels),
-                     output_bytes});
-    output_bytes += AlignUp(t.shape.bytes(), kSlotAlign);
-    largest = std::max<uint64_t>(largest, AlignUp(t.shape.bytes(), kSlotAlign));
-  }
-  std::vector<gpu::DecodeTarget> all_targets(targets.begin(), targets.end());
-  if (first) {
-    // Room for a whole batch of the largest sample: the job allocates its buffer once, and no
-    // later work asks for more, so it never frees a buffer this process has mapped.
-    output_bytes = std::max(output_bytes, largest * request.samples.size());
-  } else if (output_bytes > known->second.work_bytes) {
-    return all_targets;  // more than the job's buffer holds: this build decodes here
-  }
-  const auto start = std::chrono::steady_clock::now();
-  auto all = [&](const Status& why) {
-    ++job_decode_failures_;
-    request.job_decoder->Disable(why);  // a job that failed once decodes no more
-    log::Warn(
-        "GPU {}: a job's process did not decode its batch's {} JPEGs; the server decodes "
-        "them, and that job's from now on: {}",
-        device_, targets.size(), why.ToString());
-    job_decode_ns_ += NanosSince(start);
-    return all_targets;
-  };
-  Result<JobDecodeResult> done =
-      request.job_decoder->Decode(request.prepare->ToString(), items, output_bytes, deadline);
-  if (!done.ok()) return all(done.status());
-  job_copy_ns_ += static_cast<uint64_t>(done->copy_seconds * 1e9);
-  job_wait_ns_ += static_cast<uint64_t>(done->wait_seconds * 1e9);
-  const auto copy_out_start = std::chrono::steady_clock::now();
-  Result<uint8_t*> base =
-      MapJobBuffer(request.job_decoder, done->buffer_handle, done->buffer_offset + output_bytes);
-  if (!base.ok()) return all(base.status());
-  if (first) job_buffers_[request.job_decoder].work_bytes = output_bytes;
-  std::vector<bool> failed(targets.size(), false);
-  for (uint32_t i : done->failed) failed[i] = true;  // each < targets.size(): Decode checked
-  std::vector<void*> dst;
-  std::vector<const void*> src;
-  std::vector<size_t> bytes;
-  std::vector<gpu::DecodeTarget> left;
-  for (size_t i = 0; i < targets.size(); ++i) {
-    if (failed[i]) {
-      left.push_back(targets[i]);
-      continue;
-    }
-    dst.push_back(targets[i].dst);
-    src.push_back(*base + done->buffer_offset + items[i].dst_offset);
-    bytes.push_back(targets[i].shape.bytes());
-  }
-  if (Status s = CopyToDevice(dst, src, bytes, stream_.get()); !s.ok()) return all(s);
-  job_copy_out_ns_ += NanosSince(copy_out_start);
-  job_decodes_ += dst.size();
-  if (first) {
-    log::Info("GPU {}: a job's process decodes its JPEGs; its first {} took {:.0f} ms, its CUDA "
-              "and nvJPEG start-up included",
-              device_, targets.size(), done->wait_seconds * 1e3);
-  }
-  job_decode_ns_ += NanosSince(start);
-  return left;
-}
-
 Result<uint8_t*> CudaGpuService::MapJobBuffer(const JobDecoder* decoder, const std::string& handle,
                                               uint64_t needed) {
-  auto it = job_buffers_.find(decoder);
-  if (it != job_buffers_.end()) {
+  JobBuffer& buffer = job_buffers_[decoder];
+  if (buffer.base != nullptr) {
     // The server never asks a job for more than its first work did, so its buffer never moves.
-    if (it->second.handle != handle) {
+    if (buffer.handle != handle) {
       return Status::Corruption("the job answered with another decode buffer than before");
     }
   } else {
@@ -573,13 +706,15 @@ Result<uint8_t*> CudaGpuService::MapJobBuffer(const JobDecoder* decoder, const s
       return range.status();
     }
     const uint64_t skip = reinterpret_cast<uintptr_t>(base) - range->first;
-    it = job_buffers_.emplace(decoder, JobBuffer{handle, base, range->second - skip}).first;
+    buffer.handle = handle;
+    buffer.base = base;
+    buffer.bytes = range->second - skip;
   }
-  if (needed > it->second.bytes) {
+  if (needed > buffer.bytes) {
     return Status::Corruption(fmt::format(
-        "the job's decode buffer maps {} bytes, the work needs {}", it->second.bytes, needed));
+        "the job's decode buffer maps {} bytes, the work needs {}", buffer.bytes, needed));
   }
-  return static_cast<uint8_t*>(it->second.base);
+  return static_cast<uint8_t*>(buffer.base);
 }
 
 void CudaGpuService::ForgetJobDecoder(const JobDecoder* decoder) {
@@ -621,7 +756,7 @@ Status CudaGpuService::DecodeLocked(const DeviceBatchRequest& request,
   if (!s.ok()) return s;
   if (failed.empty()) return Status::OK();
   for (auto& [index, why] : failed) {
-    area_.Erase(request.sample_ids[index]);  // never resident with pixels it does not have
+    EraseLocked(request.sample_ids[index]);  // never resident with pixels it does not have
     request.undecodable->emplace_back(index, std::move(why));
   }
   return Status::Corruption(fmt::format("GPU {}: {} of the batch's {} samples do not decode",
@@ -652,6 +787,7 @@ GpuCounters CudaGpuService::Counters() const NO_THREAD_SAFETY_ANALYSIS {
   c.decode_seconds = static_cast<double>(decode_ns_.load()) * 1e-9;
   c.job_decodes = job_decodes_.load();
   c.job_decode_failures = job_decode_failures_.load();
+  c.overlapped_builds = overlapped_builds_.load();
   c.job_decode_seconds = static_cast<double>(job_decode_ns_.load()) * 1e-9;
   auto seconds = [](const std::atomic<uint64_t>& ns) {
     return static_cast<double>(ns.load()) * 1e-9;

@@ -413,6 +413,40 @@ class JobDecodeTest(unittest.TestCase):
         self.assertEqual(off1["job_decodes"], 0)
         self.assertGreaterEqual(off1["gpu_decodes"] - off0["gpu_decodes"], COUNT)
 
+    def test_overlapping_builds_deliver_in_order_exactly_once(self):
+        # The job's next build sends its JPEGs while the previous one waits for the job's answer
+        # (two lanes of the segment and the job's buffer): the batches still come in order, each
+        # epoch has every sample once, and the pixels are the server's own decode's.
+        self.off = GpuServer(gpu_decode="on", job_decode="off")
+        self.addCleanup(self.off.close)
+
+        def run(srv):
+            order, pixels = [], {}
+            with carpool.Loader("jpegs", socket=srv.socket, timeout=20.0, transform="uint8|nhwc",
+                                seed=9, batch_size=8, epochs=2, prefetch=4,
+                                device="cuda:0") as loader:
+                for epoch in range(2):
+                    for images, _ in loader:
+                        order.append((loader.epoch, loader.batch_index))
+                        host = images.cpu()
+                        for i, sid in enumerate(loader.ids.tolist()):
+                            self.assertNotIn((epoch, sid), pixels)
+                            pixels[(epoch, sid)] = host[i].clone()
+            return order, pixels
+
+        order, got = run(self.on)
+        _, want = run(self.off)
+        batches = COUNT // 8
+        self.assertEqual(order, [(e, b) for e in range(2) for b in range(batches)])
+        self.assertEqual(len(got), 2 * COUNT)
+        self.assertEqual(set(got), set(want))
+        for k in want:
+            self.assertTrue(torch.equal(got[k], want[k]), f"sample {k} differs")
+        on = self.on.stats()["gpus"][0]
+        self.assertGreater(on["overlapped_builds"], 0, on)
+        self.assertGreaterEqual(on["job_decodes"], COUNT)
+        self.assertEqual(on["job_decode_failures"], 0)
+
     def test_a_job_told_not_to_offer_is_decoded_by_the_server(self):
         os.environ["CARPOOL_JOB_DECODE"] = "0"
         try:
