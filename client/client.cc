@@ -41,6 +41,7 @@ struct Job::State {
   Status failure GUARDED_BY(mu);  // first error, terminal
   bool end_of_data GUARDED_BY(mu) = false;
   bool closed GUARDED_BY(mu) = false;  // the Job was destroyed
+  bool reader_done GUARDED_BY(mu) = false;  // ReaderLoop returned: the connection is over
   Mutex stats_mu;                      // one Stats() round trip at a time
   std::thread reader;
   // What Next() has returned, and how to take the latest batch back out (Position()).
@@ -268,6 +269,13 @@ Job::~Job() {
     say_bye = state_->failure.ok();
   }
   if (say_bye) (void)state_->socket->Send(protocol::Bye{});  // best effort: the lease backs it up
+  if (say_bye && state_->decoder != nullptr) {
+    // The server unmaps this process's decode buffer, then closes the connection: the buffer is
+    // freed (with the decoder, below) only after that, or after a bound if the server is gone.
+    MutexLock lock(state_->mu);
+    (void)state_->mu.WaitFor(state_->cv, std::chrono::seconds(10),
+                             [this]() REQUIRES(state_->mu) { return state_->reader_done; });
+  }
   {
     MutexLock lock(state_->mu);
     state_->closed = true;
@@ -491,7 +499,14 @@ Result<std::unique_ptr<Job>> Client::CreateJob(const JobOptions& o) {
       if (o.resume->epoch == info->start_epoch) p.taken = std::move(resumed_taken);
     }
   }
-  state->reader = std::thread([s = state.get()] { s->ReaderLoop(); });
+  state->reader = std::thread([s = state.get()] {
+    s->ReaderLoop();
+    {
+      MutexLock lock(s->mu);
+      s->reader_done = true;
+    }
+    s->cv.notify_all();
+  });
   return std::unique_ptr<Job>(new Job(std::move(state)));
 }
 

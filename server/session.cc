@@ -129,7 +129,7 @@ void Session::Dispatch(protocol::Message message) {
     return;
   }
   if (auto* done = std::get_if<DecodeDone>(&message)) return OnDecodeDone(std::move(*done));
-  if (std::holds_alternative<Bye>(message)) return Close("bye");
+  if (std::holds_alternative<Bye>(message)) return Leave();
   Reject(Status::InvalidArgument(
       fmt::format("a client may not send {} frames", MessageTypeName(TypeOf(message)))));
 }
@@ -190,6 +190,7 @@ void Session::FinishCreateJob(const protocol::CreateJob& r, Result<protocol::Job
     return;
   }
   job_id_ = info->job_id;
+  job_decodes_ = info->decode_in_job;
   credits_ = r.prefetch;
   // The segment goes to this connection only, as the fd attached to its job-info (so do the
   // GPU job's CUDA IPC handle and device slots, inside that frame).
@@ -347,7 +348,10 @@ void Session::Close(const std::string& reason) {
   if (job_id_) {
     log::Info("job {} removed: {}", *job_id_, reason);
     // Off the io thread: RemoveJob takes the engine's lock and waits for a batch in flight.
-    plane_.RunControl([&service = plane_.service(), id = *job_id_] { service.RemoveJob(id); });
+    // Leaving (a bye), it is already removed or being removed: once per job.
+    if (!leaving_) {
+      plane_.RunControl([&service = plane_.service(), id = *job_id_] { service.RemoveJob(id); });
+    }
     plane_.RemovedJob();
     job_id_.reset();
   } else {
@@ -360,6 +364,19 @@ void Session::Close(const std::string& reason) {
   }
   decode_cv_.notify_all();
   plane_.SessionClosed(shared_from_this());
+}
+
+void Session::Leave() {
+  if (!job_decodes_ || !job_id_) return Close("bye");
+  if (leaving_) return;
+  // The job's process frees its decode buffer once this connection closes, and the server may
+  // still have that buffer mapped (CUDA IPC): remove the job first, which unmaps it after its
+  // last build, then close. The client waits for the close before it frees the buffer.
+  leaving_ = true;
+  plane_.RunControl([self = shared_from_this(), id = *job_id_] {
+    self->plane_.service().RemoveJob(id);
+    asio::post(self->socket_.get_executor(), [self] { self->Close("bye"); });
+  });
 }
 
 void Session::OnDecodeDone(protocol::DecodeDone done) {

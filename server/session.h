@@ -58,6 +58,8 @@ class Session : public JobSink, public JobDecoder, public std::enable_shared_fro
   void RefuseForeign(const protocol::FrameHeader& header);
   void Dispatch(protocol::Message message);
   void OnCreateJob(const protocol::CreateJob& request);
+  // The client said bye: closes, after removing the job where its process decodes for us.
+  void Leave();
   // Back on the io thread once the service created the job (off the io thread).
   void FinishCreateJob(const protocol::CreateJob& request, Result<protocol::JobInfo> info);
   // Runs `fn` on the io thread; while the job is being created, after its job-info reply.
@@ -102,6 +104,8 @@ class Session : public JobSink, public JobDecoder, public std::enable_shared_fro
   bool creating_ = false;
   std::vector<std::function<void()>> held_;
   uint32_t credits_ = 0;  // the job's prefetch depth
+  bool job_decodes_ = false;  // its process decodes for the server (its job-info said so)
+  bool leaving_ = false;      // removing the job after a bye; closes when done
   std::set<std::pair<uint32_t, uint64_t>> unreleased_;  // (slot, generation) delivered
 
   // GPU decode in the job's process: the builds waiting for their answers, on worker threads.

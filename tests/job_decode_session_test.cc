@@ -272,6 +272,24 @@ TEST_F(JobDecodeSessionTest, AFailureReleasesTheOtherOutstandingWorkAtOnce) {
   EXPECT_EQ(r2.status().code(), StatusCode::kFailedPrecondition) << r2.status().ToString();
 }
 
+// A decoding job's process frees its decode buffer once the connection closes, and the server
+// may still have the buffer mapped: after a bye the server removes the job (which unmaps it)
+// first, and only then closes the connection.
+TEST_F(JobDecodeSessionTest, AfterAByeTheJobIsRemovedBeforeTheConnectionCloses) {
+  JoinDecoding();
+  sink_.reset();  // the service's, not ours, keeps the session alive until RemoveJob
+  service_->SetRemoveDelay(300ms);  // closing first would be seen: the removal comes late
+  ASSERT_TRUE(socket_->Send(protocol::Bye{}).ok());
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() < until) {
+    auto frame = socket_->Receive(100ms);
+    closed = !frame.ok();
+  }
+  ASSERT_TRUE(closed) << "the server closes the connection after a bye";
+  EXPECT_EQ(service_->Stats(0), R"({"active_jobs":0,"removed_jobs":1})");
+}
+
 TEST_F(JobDecodeSessionTest, AFailedAnswerTurnsTheJobsDecodingOffForGood) {
   JobDecoder* decoder = JoinDecoding();
   ASSERT_NE(decoder, nullptr);

@@ -124,6 +124,7 @@ Status TestJobService::Release(uint64_t job_id, uint32_t slot, uint64_t generati
 }
 
 void TestJobService::RemoveJob(uint64_t job_id) {
+  std::this_thread::sleep_for(remove_delay_.load());
   std::shared_ptr<Job> job;
   {
     MutexLock lock(mu_);

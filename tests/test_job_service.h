@@ -8,6 +8,7 @@
 #define CARPOOL_TESTS_TEST_JOB_SERVICE_H_
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,6 +40,8 @@ class TestJobService : public JobService {
   // The job's sink (its session; job_decoder() is the job's process as a decoder) when its
   // job-info said decode_in_job; else null.
   std::shared_ptr<JobSink> DecoderOf(uint64_t job_id);
+  // RemoveJob takes this long before it removes anything, as an engine waiting for a build does.
+  void SetRemoveDelay(std::chrono::milliseconds delay) { remove_delay_ = delay; }
 
  private:
   struct Job {
@@ -58,6 +61,7 @@ class TestJobService : public JobService {
   std::map<uint64_t, std::shared_ptr<Job>> jobs_ GUARDED_BY(mu_);
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   uint64_t removed_ GUARDED_BY(mu_) = 0;
+  std::atomic<std::chrono::milliseconds> remove_delay_{std::chrono::milliseconds(0)};
 };
 
 }  // namespace carpool
