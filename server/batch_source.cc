@@ -25,7 +25,7 @@ BatchSource::Front SingleJobSource::Next(std::vector<Decision>* out, double now)
 }
 
 bool SingleJobSource::MayTake(size_t decisions, uint64_t pins, double now) {
-  return scheduler_.MayTake(id_, decisions, pins, now);
+  return scheduler_.MayTake(id_, decisions, pins, now, taken_);
 }
 
 void SingleJobSource::Consumed(size_t decisions, double now) {

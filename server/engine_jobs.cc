@@ -234,11 +234,13 @@ Result<protocol::JobInfo> Engine::CreateJob(const protocol::CreateJob& request,
       if (joined.ok() && options_.cache_bytes > 0) {
         scheduler_->SetBatch(job->id, request.batch_size);
         // The jobs already running give back what they decided ahead, alone, so that it is
-        // decided again with this one (docs/scheduler.md "Joining"); each keeps its front batch.
+        // decided again with this one (docs/scheduler.md "Joining"); each keeps its front batch,
+        // or the batches it is building where two overlap (GPU decode in the job's process).
         std::unordered_map<JobId, uint64_t> front;  // single jobs; data-parallel groups keep all
         for (const auto& [id, other] : jobs_) {
           if (other->request.world_size <= 1 && other->request.nodes <= 1) {
-            front[static_cast<JobId>(id)] = other->request.batch_size;
+            front[static_cast<JobId>(id)] =
+                uint64_t{other->request.batch_size} * std::max<uint32_t>(1, other->builds);
           }
         }
         const uint64_t returned = scheduler_->UndecideTails(job->id, [&front](JobId id) {

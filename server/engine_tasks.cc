@@ -325,14 +325,20 @@ void Engine::Assemble(BatchTask task) {
     (void)cache_->Unpin(item.sample);
     ++unpinned;
   }
-  if (task.overlaps) {
-    // A job's builds overlap (GPU decode in its process): its batches still arrive in order.
+  bool abandon = false;
+  if (task.overlaps || job.decoder != nullptr) {
+    // A job's builds may overlap (GPU decode in its process): its batches still arrive in order,
+    // and none after the job failed (a fault in its other build took it out of the scheduler;
+    // with a build in flight, done means failed).
     WorkerLock lock(*this);
-    mu_.Wait(assembled_, [&] { return job.builds_delivered == task.order; });
+    if (task.overlaps) mu_.Wait(assembled_, [&] { return job.builds_delivered == task.order; });
+    abandon = job.done && !fault;
   }
   std::optional<WorkerPhases::Scope> delivering(std::in_place, phases_, WorkerPhase::kDeliver);
   Result<uint64_t> generation =
-      fault ? Result<uint64_t>(*fault) : job.pool->Publish(task.slot.index);
+      fault     ? Result<uint64_t>(*fault)
+      : abandon ? Result<uint64_t>(Status::FailedPrecondition("its job failed while it was built"))
+                : job.pool->Publish(task.slot.index);
   if (generation.ok()) {
     protocol::BatchReady ready = MakeBatchReady(job.id, task.slot.index, *generation, task.epoch,
                                                 task.batch_index, n, layout);
@@ -355,7 +361,7 @@ void Engine::Assemble(BatchTask task) {
     job.sink->DeliverBatch(ready);
   } else {
     (void)job.pool->Abandon(task.slot.index);
-    if (!fault) {
+    if (!fault && !abandon) {
       log::Error("job {}: batch {} of epoch {} not published, its {} samples are skipped: {}",
                  job.id, task.batch_index, task.epoch, n, generation.status().ToString());
       skipped += n;  // consumed, never delivered
@@ -373,7 +379,7 @@ void Engine::Assemble(BatchTask task) {
     transient_preparations_ += out.transient;
     if (fault) {
       FailJob(job, *fault);
-    } else {
+    } else if (!abandon) {
       job.source->Consumed(task.decisions, Now());  // a rank's: once every slice is built
     }
     job.consumed += task.decisions;

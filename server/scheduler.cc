@@ -501,7 +501,7 @@ void Scheduler::NoteClient(JobId id, ClientState state, double now) {
   job->bound_since = now;
 }
 
-bool Scheduler::MayTake(JobId id, size_t n, uint64_t pinned, double now) {
+bool Scheduler::MayTake(JobId id, size_t n, uint64_t pinned, double now, size_t skip) {
   Job* job = Find(id);
   if (job == nullptr) return true;
   now_ = std::max(now_, now);
@@ -515,11 +515,12 @@ bool Scheduler::MayTake(JobId id, size_t n, uint64_t pinned, double now) {
     return true;
   };
   if (!options_.pacing || capacity_ == 0) return grant(false);
-  n = std::min(n, job->queue.size());
+  skip = std::min(skip, job->queue.size());
+  n = std::min(n, job->queue.size() - skip);
   // The samples this batch would make owed: queued for another job, not yet taken by anyone.
   uint64_t fresh = 0;
   laggers_.clear();
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = skip; i < skip + n; ++i) {
     const SampleId sample = job->queue[i].sample;
     if (owed_.count(sample) != 0) continue;
     auto it = uses_.find(sample);

@@ -246,7 +246,9 @@ class Scheduler : public cache::NextUseOracle {
   // and slower by nature than this one (SchedulerOptions::faster_margin). A refusal starts (or
   // continues) the job's held time; a grant ends it.
   // Cost: O(n x queue entries of those samples).
-  bool MayTake(JobId job, size_t n, uint64_t pinned, double now);
+  // `skip`: the queued decisions of the job's batches taken and not yet consumed; the batch is
+  // the n after them.
+  bool MayTake(JobId job, size_t n, uint64_t pinned, double now, size_t skip = 0);
   // What the job's client is doing since the last call; feeds the decayed client-bound
   // fraction and the pace that together lift the pacing. O(1).
   void NoteClient(JobId job, ClientState state, double now);

@@ -10,7 +10,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -144,7 +146,7 @@ class CudaGpuService : public GpuService {
   // Forgets a placed block whose pixels will not come; later plans that found it restart.
   void EraseLocked(uint32_t sample) REQUIRES(mu_) {
     area_.Erase(sample);
-    ++erasures_;
+    erased_.emplace_back(++erasures_, sample);
   }
 
   const int device_;
@@ -176,6 +178,10 @@ class CudaGpuService : public GpuService {
   // the job's answer. Their blocks stay put (in_flight_), and they finish in plan order (turns).
   std::unordered_map<uint32_t, uint32_t> in_flight_ GUARDED_BY(mu_);  // sample -> builds using it
   uint64_t erasures_ GUARDED_BY(mu_) = 0;         // blocks forgotten (EraseLocked)
+  // (erasures_ after it, sample) of the erasures since the oldest plan in flight, and the
+  // erasures_ each plan in flight saw: a plan rebuilds only if a block it reads was erased.
+  std::deque<std::pair<uint64_t, uint32_t>> erased_ GUARDED_BY(mu_);
+  std::multiset<uint64_t> plan_marks_ GUARDED_BY(mu_);
   uint64_t next_turn_ GUARDED_BY(mu_) = 0;        // the next plan's
   uint64_t planned_ GUARDED_BY(mu_) = 0;          // builds planned and not finished
   uint64_t in_flight_waits_ GUARDED_BY(mu_) = 0;  // of them, whose JPEGs their job decodes
@@ -334,6 +340,7 @@ struct CudaGpuService::BuildPlan {
   uint64_t turn = 0;
   // erasures_ when planned: an erasure since then may have taken a block it reads.
   uint64_t erasures = 0;
+  uint64_t erasures_at_plan = 0;        // the same, kept through a rebuild (plan_marks_)
   std::vector<const uint8_t*> sources;  // null: staging, or a scratch decode (resolved in phase 3)
   std::vector<PreparedView> views;
   std::unordered_map<uint32_t, const uint8_t*> placed;  // blocks this build fills
@@ -369,39 +376,17 @@ Status CudaGpuService::Build(const DeviceBatchRequest& request) {
   }
   const auto start = std::chrono::steady_clock::now();
   BuildPlan plan;
-  bool sent = false;  // the job has this build's JPEGs
-  // Phase 1: the plan, and the job's work sent.
-  {
-    FairMutexLock lock(mu_);
-    lock_ns_ += NanosSince(start);
-    plan.turn = next_turn_++;
-    plan.erasures = erasures_;
-    if (planned_++ > 0 && in_flight_waits_ > 0) ++overlapped_builds_;
-    for (uint32_t id : request.sample_ids) ++in_flight_[id];
-    PlanLocked(request, /*use_area=*/true, plan);
-    SendJobWorkLocked(request, plan);
-    sent = plan.job_ticket.has_value();
-    if (sent) ++in_flight_waits_;
-  }
-  if (sent) {
-    // The job's next build may plan and send now: the job decodes it while this one finishes.
-    if (request.job_work_sent) request.job_work_sent();
-    // Phase 2: the job's answer, with no lock held. A job slower than this to answer is not
-    // decoding for us; its first answer may wait for its CUDA context and nvJPEG to start.
-    plan.job_answer = request.job_decoder->Await(
-        *plan.job_ticket, std::chrono::milliseconds(plan.job_first ? 30000 : 3000));
-  }
-  // Phase 3, in plan order: a later plan may read blocks this one fills.
-  const auto turn_start = std::chrono::steady_clock::now();
-  {
+  bool sent = false;      // the job has this build's JPEGs
+  bool has_turn = false;  // phase 3 may run
+  // Every build that took a turn gives it back, and its samples, whatever happens: a turn never
+  // given back would stop every later build of this GPU. Also on a throw (the engine's fault
+  // barrier survives one).
+  auto wait_turn = [&] {
     MutexLock turn(turn_mu_);
     turn_mu_.Wait(turn_cv_, [&]() REQUIRES(turn_mu_) { return serving_turn_ == plan.turn; });
-  }
-  Status built;
-  {
-    FairMutexLock lock(mu_);
-    lock_ns_ += NanosSince(turn_start);
-    built = FinishLocked(request, *slots, plan);
+    has_turn = true;
+  };
+  auto end_build = [&]() REQUIRES(mu_) {
     --planned_;
     if (sent) --in_flight_waits_;
     for (uint32_t id : request.sample_ids) {
@@ -409,14 +394,70 @@ Status CudaGpuService::Build(const DeviceBatchRequest& request) {
         in_flight_.erase(it);
       }
     }
+    plan_marks_.erase(plan_marks_.find(plan.erasures_at_plan));
+    // Erasures older than every plan in flight concern none of them.
+    while (!erased_.empty() &&
+           (plan_marks_.empty() || erased_.front().first <= *plan_marks_.begin())) {
+      erased_.pop_front();
+    }
+  };
+  auto pass_turn = [&] {
+    {
+      MutexLock turn(turn_mu_);
+      ++serving_turn_;
+    }
+    turn_cv_.notify_all();
+  };
+  bool planned = false;
+  try {
+    // Phase 1: the plan, and the job's work sent.
+    {
+      FairMutexLock lock(mu_);
+      lock_ns_ += NanosSince(start);
+      plan.turn = next_turn_++;
+      plan.erasures = plan.erasures_at_plan = erasures_;
+      plan_marks_.insert(plan.erasures_at_plan);
+      if (planned_++ > 0 && in_flight_waits_ > 0) ++overlapped_builds_;
+      for (uint32_t id : request.sample_ids) ++in_flight_[id];
+      planned = true;
+      PlanLocked(request, /*use_area=*/true, plan);
+      SendJobWorkLocked(request, plan);
+      sent = plan.job_ticket.has_value();
+      if (sent) ++in_flight_waits_;
+    }
+    if (sent) {
+      // The job's next build may plan and send now: the job decodes it while this one finishes.
+      if (request.job_work_sent) request.job_work_sent();
+      // Phase 2: the job's answer, with no lock held. A job slower than this to answer is not
+      // decoding for us; its first answer may wait for its CUDA context and nvJPEG to start.
+      plan.job_answer = request.job_decoder->Await(
+          *plan.job_ticket, std::chrono::milliseconds(plan.job_first ? 30000 : 3000));
+    }
+    // Phase 3, in plan order: a later plan may read blocks this one fills.
+    const auto turn_start = std::chrono::steady_clock::now();
+    wait_turn();
+    Status built;
+    {
+      FairMutexLock lock(mu_);
+      lock_ns_ += NanosSince(turn_start);
+      built = FinishLocked(request, *slots, plan);
+      end_build();
+    }
+    pass_turn();
+    assemble_ns_ += NanosSince(start);
+    return built;
+  } catch (...) {
+    if (planned) {
+      if (!has_turn) wait_turn();
+      {
+        FairMutexLock lock(mu_);
+        for (auto [id, where] : plan.placed) EraseLocked(id);  // maybe never filled
+        end_build();
+      }
+      pass_turn();
+    }
+    throw;
   }
-  {
-    MutexLock turn(turn_mu_);
-    ++serving_turn_;
-  }
-  turn_cv_.notify_all();
-  assemble_ns_ += NanosSince(start);
-  return built;
 }
 
 void CudaGpuService::PlanLocked(const DeviceBatchRequest& request, bool use_area, BuildPlan& plan) {
@@ -578,9 +619,16 @@ std::vector<gpu::DecodeTarget> CudaGpuService::CopyOutJobWorkLocked(
 
 Status CudaGpuService::FinishLocked(const DeviceBatchRequest& request, const CudaDeviceSlots& slots,
                                     BuildPlan& plan) {
-  if (Status s = OnDevice(device_); !s.ok()) return s;
   const size_t n = request.samples.size();
   cudaStream_t stream = stream_.get();
+  auto forget_placed = [&]() REQUIRES(mu_) {
+    for (auto [id, where] : plan.placed) EraseLocked(id);
+  };
+  // Blocks it placed and cannot fill are forgotten on every way out before the fills.
+  if (Status s = OnDevice(device_); !s.ok()) {
+    forget_placed();
+    return s;
+  }
   // Copies out of a job's decode buffer may be in flight: every way out of this build waits for
   // them, so that the job's work after next (the same lane) cannot overwrite what they read.
   struct SyncOnExit {
@@ -591,19 +639,32 @@ Status CudaGpuService::FinishLocked(const DeviceBatchRequest& request, const Cud
     }
   } job_copies{stream_};
   if (plan.erasures != erasures_) {
-    // A build before this one forgot blocks since this plan (a failed or undecodable sample), and
-    // this plan may read one of them: build from the scratch and staging instead, all decoded
-    // here (rare: a damaged JPEG or a CUDA error).
-    for (auto [id, where] : plan.placed) EraseLocked(id);
-    BuildPlan again;
-    again.turn = plan.turn;
-    PlanLocked(request, /*use_area=*/false, again);
-    again.erasures = erasures_;
-    plan = std::move(again);
+    // A build before this one forgot blocks since this plan (a damaged JPEG or a CUDA error). If
+    // this plan reads one of them, it builds from the scratch and staging instead, all decoded
+    // here; its own blocks (never evicted while it is in flight) are forgotten unfilled.
+    std::unordered_set<uint32_t> gone;
+    for (const auto& [at, id] : erased_) {
+      if (at > plan.erasures) gone.insert(id);
+    }
+    bool stale = false;
+    for (uint32_t id : request.sample_ids) {
+      if (plan.placed.count(id) == 0 && gone.count(id) != 0) {
+        stale = true;
+        break;
+      }
+    }
+    if (stale) {
+      forget_placed();
+      if (plan.job_answer && plan.job_answer->ok())
+        job_buffers_[request.job_decoder].answered = true;
+      BuildPlan again;
+      again.turn = plan.turn;
+      again.erasures_at_plan = plan.erasures_at_plan;
+      PlanLocked(request, /*use_area=*/false, again);
+      again.erasures = erasures_;
+      plan = std::move(again);
+    }
   }
-  auto forget_placed = [&] {
-    for (auto [id, where] : plan.placed) EraseLocked(id);
-  };
   if (Status s = CopyToDevice(plan.copy_dst, plan.copy_src, plan.copy_bytes, stream); !s.ok()) {
     forget_placed();
     return s;
