@@ -225,6 +225,23 @@ TEST(SchedulerTest, PacingHoldsTheLeaderAndNeverTheFollower) {
   EXPECT_DOUBLE_EQ(s.Stats(1)->held, 1.0) << "held from t=2 to t=3";
 }
 
+// A job whose build overlaps its previous one (GPU decode in its process) asks for the batch after
+// the one it took: pacing judges that batch, not the front one again.
+TEST(SchedulerTest, PacingJudgesTheBatchAfterTheOnesTaken) {
+  Scheduler s(Opts(64), nullptr);
+  AddIdenticalJobs(s, 100, 3, 16);
+  s.SetCapacity(12);                     // window = 12 - pinned - 4 = 8 owed samples
+  ASSERT_TRUE(s.Consume(2, 8, 0).ok());  // job 2 leads by 8
+  ASSERT_TRUE(s.Consume(1, 4, 0).ok());  // job 1 by 4; job 3 took nothing
+  ASSERT_EQ(s.pacing().owed, 8u);
+  // Job 1's front batch is owed already (job 2 took it): taking it makes nothing owed.
+  EXPECT_TRUE(s.MayTake(1, 4, 0, 1));
+  // That batch taken and not consumed, the next one is fresh: 8 owed + 4 > 8, and job 3 is
+  // further behind than job 1, so job 1 waits.
+  EXPECT_FALSE(s.MayTake(1, 4, 0, 1, /*skip=*/4));
+  EXPECT_TRUE(s.MayTake(3, 4, 0, 1, /*skip=*/0)) << "the furthest behind always moves";
+}
+
 // Four identical jobs joining one after another, the first ones consuming meanwhile. Without
 // UndecideTails the first keeps hundreds of samples decided alone, which the last must draw on
 // its own later; with it each running job gives back all but its front batch at every join, and
