@@ -412,6 +412,11 @@ Result<UniqueFd> Session::EnsureDecodeSegment(uint64_t bytes) {
   return std::move(*fd);
 }
 
+Status Session::DisabledBy(Status why) {
+  Disable(why);
+  return why;
+}
+
 void Session::Disable(const Status& why) {
   if (decode_enabled_.exchange(false)) {
     { MutexLock lock(decode_mu_); }  // a waiter between its check and its sleep sees the flag
@@ -425,10 +430,6 @@ void Session::Disable(const Status& why) {
 
 Result<JobDecodeTicket> Session::Send(std::string_view prepare_spec,
                                       std::span<const JobDecodeItem> items, uint64_t lane_bytes) {
-  auto disable = [this](Status s) {
-    Disable(s);
-    return s;
-  };
   if (!decode_enabled_.load()) return Status::FailedPrecondition("the job decodes no more");
   JobDecodeTicket ticket;
   bool closed = false;
@@ -442,7 +443,7 @@ Result<JobDecodeTicket> Session::Send(std::string_view prepare_spec,
     ticket.work_id = decode_work_id_ + 1;
   }
   // Disable takes decode_mu_: never called under it.
-  if (closed) return disable(Status::Unavailable("the job's connection closed"));
+  if (closed) return DisabledBy(Status::Unavailable("the job's connection closed"));
   // Consecutive works alternate lanes, and at most kLanes are outstanding: the lane is free.
   ticket.lane = static_cast<uint32_t>((ticket.work_id - 1) % kLanes);
   ticket.lane_bytes = lane_bytes;
@@ -452,7 +453,7 @@ Result<JobDecodeTicket> Session::Send(std::string_view prepare_spec,
   // A new segment replaces the server's view only: the job keeps its mapping of the old one
   // until it reaches the new segment's frame, after the works sent before.
   Result<UniqueFd> fresh = EnsureDecodeSegment(kLanes * total);
-  if (!fresh.ok()) return disable(fresh.status());
+  if (!fresh.ok()) return DisabledBy(fresh.status());
   const uint64_t segment_bytes = decode_segment_->size();
   const uint64_t lane_start = ticket.lane * (segment_bytes / kLanes);
   protocol::DecodeWork work;
@@ -477,7 +478,7 @@ Result<JobDecodeTicket> Session::Send(std::string_view prepare_spec,
       decode_outstanding_.emplace(ticket.work_id, std::nullopt);
     }
   }
-  if (closed) return disable(Status::Unavailable("the job's connection closed"));
+  if (closed) return DisabledBy(Status::Unavailable("the job's connection closed"));
   OnIo([this, work = std::move(work), fd = std::make_shared<UniqueFd>(std::move(*fresh)),
         segment_bytes]() mutable {
     if (closed_ || !job_id_) return;
@@ -490,13 +491,9 @@ Result<JobDecodeTicket> Session::Send(std::string_view prepare_spec,
 
 Result<JobDecodeResult> Session::Await(const JobDecodeTicket& ticket,
                                        std::chrono::milliseconds deadline) {
-  auto disable = [this](Status s) {
-    Disable(s);
-    return s;
-  };
   const auto wait_start = std::chrono::steady_clock::now();
   std::optional<protocol::DecodeDone> answer;
-  bool turned_off = false, closed = false;
+  bool closed = false;
   {
     MutexLock lock(decode_mu_);
     auto it = decode_outstanding_.find(ticket.work_id);
@@ -504,42 +501,37 @@ Result<JobDecodeResult> Session::Await(const JobDecodeTicket& ticket,
       return Status::InvalidArgument(
           fmt::format("decode work {} is not outstanding (awaited twice?)", ticket.work_id));
     }
-    const bool woken = decode_mu_.WaitFor(decode_cv_, deadline, [&]() REQUIRES(decode_mu_) {
+    (void)decode_mu_.WaitFor(decode_cv_, deadline, [&]() REQUIRES(decode_mu_) {
       return it->second.has_value() || decode_closed_ || !decode_enabled_.load();
     });
     answer = std::move(it->second);
     decode_outstanding_.erase(it);
     closed = !answer && decode_closed_;
-    turned_off = woken && !answer && !closed;
   }
-  if (closed) return disable(Status::Unavailable("the job's connection closed"));
-  if (turned_off) {
-    return Status::FailedPrecondition(fmt::format(
-        "the job's decoding was turned off while work {} was outstanding", ticket.work_id));
-  }
-  if (!answer) {
-    return disable(Status::Unavailable(
-        fmt::format("the job did not answer decode work {} ({} JPEGs) within {} ms", ticket.work_id,
-                    ticket.items, deadline.count())));
-  }
+  if (closed) return DisabledBy(Status::Unavailable("the job's connection closed"));
   // Turned off meanwhile (another work failed): nothing of it is trusted, and it is no new failure.
   if (!decode_enabled_.load()) {
     return Status::FailedPrecondition(fmt::format(
         "the job's decoding was turned off while work {} was outstanding", ticket.work_id));
   }
+  if (!answer) {
+    return DisabledBy(Status::Unavailable(
+        fmt::format("the job did not answer decode work {} ({} JPEGs) within {} ms", ticket.work_id,
+                    ticket.items, deadline.count())));
+  }
   protocol::DecodeDone done = std::move(*answer);
-  if (done.code != StatusCode::kOk) return disable(Status(done.code, done.message));
+  if (done.code != StatusCode::kOk) return DisabledBy(Status(done.code, done.message));
   const uint64_t output_bytes = kLanes * ticket.lane_bytes;
   if (done.buffer_handle.size() != protocol::kIpcHandleBytes ||
       done.buffer_offset > done.buffer_bytes ||
       done.buffer_bytes - done.buffer_offset < output_bytes) {
-    return disable(Status::Corruption(fmt::format(
+    return DisabledBy(Status::Corruption(fmt::format(
         "the job's decode buffer ({} bytes from offset {}) cannot hold the work's {} bytes",
         done.buffer_bytes, done.buffer_offset, output_bytes)));
   }
   for (uint32_t i : done.failed) {
     if (i >= ticket.items) {
-      return disable(Status::Corruption(
+      return DisabledBy(Status::Corruption(
           fmt::format("the job says item {} of a {}-item decode work failed", i, ticket.items)));
     }
   }

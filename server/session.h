@@ -69,6 +69,8 @@ class Session : public JobSink, public JobDecoder, public std::enable_shared_fro
   // Grows the decode segment to hold `bytes` (worker thread). The new one's fd, or an invalid fd
   // when the current one is large enough.
   Result<UniqueFd> EnsureDecodeSegment(uint64_t bytes);
+  // Disable(why), then why: for the decoder's failures. Never under decode_mu_.
+  Status DisabledBy(Status why);
   // Sends an error and closes once it is written: for protocol violations.
   void Reject(const Status& status);
   void Reply(const protocol::Message& message, UniqueFd fd = {});

@@ -183,8 +183,7 @@ class CudaGpuService : public GpuService {
   std::deque<std::pair<uint64_t, uint32_t>> erased_ GUARDED_BY(mu_);
   std::multiset<uint64_t> plan_marks_ GUARDED_BY(mu_);
   uint64_t next_turn_ GUARDED_BY(mu_) = 0;        // the next plan's
-  uint64_t planned_ GUARDED_BY(mu_) = 0;          // builds planned and not finished
-  uint64_t in_flight_waits_ GUARDED_BY(mu_) = 0;  // of them, whose JPEGs their job decodes
+  uint64_t in_flight_waits_ GUARDED_BY(mu_) = 0;  // builds planned, unfinished, their JPEGs sent
   Mutex turn_mu_;
   std::condition_variable turn_cv_;
   uint64_t serving_turn_ GUARDED_BY(turn_mu_) = 0;  // the plan that may finish now
@@ -387,7 +386,6 @@ Status CudaGpuService::Build(const DeviceBatchRequest& request) {
     has_turn = true;
   };
   auto end_build = [&]() REQUIRES(mu_) {
-    --planned_;
     if (sent) --in_flight_waits_;
     for (uint32_t id : request.sample_ids) {
       if (auto it = in_flight_.find(id); it != in_flight_.end() && --it->second == 0) {
@@ -417,7 +415,7 @@ Status CudaGpuService::Build(const DeviceBatchRequest& request) {
       plan.turn = next_turn_++;
       plan.erasures = plan.erasures_at_plan = erasures_;
       plan_marks_.insert(plan.erasures_at_plan);
-      if (planned_++ > 0 && in_flight_waits_ > 0) ++overlapped_builds_;
+      if (in_flight_waits_ > 0) ++overlapped_builds_;  // an earlier build waits for its job
       for (uint32_t id : request.sample_ids) ++in_flight_[id];
       planned = true;
       PlanLocked(request, /*use_area=*/true, plan);
@@ -467,7 +465,9 @@ void CudaGpuService::PlanLocked(const DeviceBatchRequest& request, bool use_area
   // the area has no room. Blocks that builds in flight read or fill are never evicted.
   plan.sources.assign(n, nullptr);
   plan.views.assign(request.samples.begin(), request.samples.end());
-  std::unordered_set<uint32_t> in_use(request.sample_ids.begin(), request.sample_ids.end());
+  // in_flight_ holds this request's ids too (Build counted them before planning).
+  std::unordered_set<uint32_t> in_use;
+  in_use.reserve(in_flight_.size());
   for (const auto& [id, builds] : in_flight_) in_use.insert(id);
   auto* area = use_area ? static_cast<uint8_t*>(area_memory_.data()) : nullptr;
   for (size_t i = 0; i < n; ++i) {
