@@ -61,7 +61,7 @@ class DecodePerStep:
     at most `behind` batches behind the steps: the training loop blocks when the decode cannot
     keep up, as a job whose own process decodes its input would."""
 
-    def __init__(self, lib_path, dev, behind=2):
+    def __init__(self, lib_path, dev, behind=2, vary=0):
         import queue
         try:
             self.decoder = decode_probe.Decoder(decode_probe.load(lib_path), 256)
@@ -74,25 +74,48 @@ class DecodePerStep:
                         decode_probe.packed(base + sum(lengths[:256]), lengths[256:])]
         self.out = torch.empty((256, 256, 256, 3), dtype=torch.uint8, device=dev)
         self.tokens = queue.Queue(maxsize=behind)
-        self.decoded, self.error = 0, None
+        self.decoded, self.error, self.vary = 0, None, vary
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self):
         torch.cuda.set_device(self.out.device)  # a new thread starts on device 0
         k = 0
         while self.tokens.get() is not None:
+            # --decode-vary: batches of 256 - (0..vary) JPEGs, as a job's builds with some hits.
+            n = 256 - (k * 7) % (self.vary + 1) if self.vary else 256
+            starts, lengths = self.batches[k % 2]
+            if n < 256:
+                starts = (ctypes.c_void_p * n)(*starts[:n])
+                lengths = (ctypes.c_uint64 * n)(*lengths[:n])
             try:
-                self.decoder.decode(*self.batches[k % 2], self.out.data_ptr())
+                self.decoder.decode(starts, lengths, self.out.data_ptr())
             except RuntimeError as e:
                 self.error = str(e)
                 return
-            self.decoded += 256
+            self.decoded += n
             k += 1
 
     def step_done(self):
         if self.error:
             raise SystemExit(f"train_beside: decode: {self.error}")
         self.tokens.put(1)  # blocks while the decode is `behind` batches behind
+
+
+def print_profile(profiler, seconds, images, decoded):
+    """Each kernel's and copy's GPU time over the profiled window, largest first."""
+    rows = []
+    for e in profiler.key_averages():
+        dev_us = getattr(e, "self_device_time_total", None)
+        if dev_us is None:
+            dev_us = getattr(e, "self_cuda_time_total", 0)
+        if dev_us > 0:
+            rows.append((dev_us, e.count, e.key))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    print(f"profile: {seconds:.2f} s, {images} trained, decoded so far {decoded}; GPU busy "
+          f"{total / 1e6:.3f} s summed over streams", flush=True)
+    for dev_us, count, key in rows[:40]:
+        print(f"profile: {dev_us / 1e3:9.2f} ms {count:6d}x  {key[:110]}", flush=True)
 
 
 def main():
@@ -114,6 +137,13 @@ def main():
     ap.add_argument("--decode-per-step", metavar="LIB",
                     help="libcarpool_decode_probe.so: from --decode-start seconds on, for "
                          "--decode-seconds, one batch decoded in this process per training step")
+    ap.add_argument("--decode-vary", type=int, default=0, metavar="K",
+                    help="with --decode-per-step: each batch 256 - (0..K) JPEGs, sizes changing")
+    ap.add_argument("--profile-at", type=float, default=None, metavar="T",
+                    help="run torch.profiler from T seconds for --profile-seconds and print the "
+                         "GPU time of each kernel (every stream of this process, the decode's too)")
+    ap.add_argument("--profile-seconds", type=float, default=1.0)
+    ap.add_argument("--profile-trace", metavar="PATH", help="also write the profile's Chrome trace")
     args = ap.parse_args()
     dev = torch.device("cuda:0")
     torch.backends.cudnn.benchmark = True
@@ -131,7 +161,9 @@ def main():
                                [int(b) for b in args.decode_batches.split(",")],
                                args.decode_start, args.decode_seconds, args.decode_gap,
                                args.decode_images)).start()
-    per_step = DecodePerStep(args.decode_per_step, dev) if args.decode_per_step else None
+    per_step = (DecodePerStep(args.decode_per_step, dev, vary=args.decode_vary)
+                if args.decode_per_step else None)
+    profiler = None
     start = window_start = time.monotonic()
     images = 0
     stream = torch.cuda.current_stream()
@@ -142,6 +174,20 @@ def main():
         now = time.monotonic()
         if per_step and args.decode_start <= now - start < args.decode_start + args.decode_seconds:
             per_step.step_done()
+        if args.profile_at is not None and profiler is None and now - start >= args.profile_at:
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                          torch.profiler.ProfilerActivity.CUDA])
+            profiler.__enter__()
+            profile_start, profile_images = now, 0
+        if profiler is not None and profile_start is not None:
+            profile_images += b
+            if now - profile_start >= args.profile_seconds:
+                profiler.__exit__(None, None, None)
+                print_profile(profiler, now - profile_start, profile_images,
+                              per_step.decoded if per_step else 0)
+                if args.profile_trace:
+                    profiler.export_chrome_trace(args.profile_trace)
+                profile_start = None
         if now - window_start >= args.window:
             # Unix time too, to line a window up with what ran beside it (other clocks).
             decoded = f" decoded {per_step.decoded}" if per_step else ""

@@ -50,6 +50,8 @@ class BatchDecoder {
   BatchDecoder(std::unique_ptr<JpegDecoder> decoder, uint64_t scratch_bytes,
                bool cpu_fallback = true);
 
+  // nvJPEG's batched-state (re)initializations so far (one per change of batch size).
+  uint64_t initializations() const { return decoder_ ? decoder_->initializations() : 0; }
   // "hardware", "gpu-hybrid", or "cpu" without an nvJPEG decoder.
   std::string backend() const;
 

@@ -8,7 +8,9 @@
 // decoder per job; its calls come from one thread at a time (the job's decode thread).
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -34,7 +36,26 @@ struct JobDecodeState {
   gpu::HostRegistration segment;  // the decode segment, page-locked: nvJPEG's uploads are DMA
   char handle[64] = {};      // buffer's cudaIpcMemHandle_t
   uint64_t buffer_offset = 0;  // of the buffer in the allocation the handle names
+  // Totals for CARPOOL_JOB_DECODE_TRACE (printed at close): where a decode call's time goes.
+  uint64_t calls = 0;
+  gpu::DecodeCounts totals;
+  double sync_s = 0, run_s = 0;
 };
+
+// With CARPOOL_JOB_DECODE_TRACE set, one line on stderr: the decoder's phases per call.
+void PrintTrace(const JobDecodeState& s) {
+  const char* trace = std::getenv("CARPOOL_JOB_DECODE_TRACE");
+  if (trace == nullptr || *trace == '\0' || s.calls == 0) return;
+  const double ms = 1e3 / double(s.calls);
+  std::fprintf(stderr,
+               "carpool job decode: %llu calls, %llu images (%llu refused), ms a call: run %.2f "
+               "= header parse %.2f + nvJPEG %.2f + resize launch %.2f + wait %.2f + stream "
+               "%.2f; %llu nvJPEG re-initializations\n",
+               (unsigned long long)s.calls, (unsigned long long)s.totals.gpu,
+               (unsigned long long)s.totals.failed, s.run_s * ms, s.totals.inspect_s * ms,
+               s.totals.decode_s * ms, s.totals.resize_s * ms, s.totals.wait_s * ms, s.sync_s * ms,
+               (unsigned long long)s.decoder->initializations());
+}
 
 int Fail(const Status& s, char* err, int err_len) {
   std::snprintf(err, static_cast<size_t>(err_len), "%s", s.ToString().c_str());
@@ -103,6 +124,7 @@ extern "C" int carpool_job_decode_run(void* handle, const char* spec, int n,
                                       uint64_t* buffer_bytes, uint64_t* buffer_offset, char* err,
                                       int err_len) {
   auto* state = static_cast<JobDecodeState*>(handle);
+  const auto run_start = std::chrono::steady_clock::now();
   if (Status s = OnDevice(state->device); !s.ok()) return Fail(s, err, err_len);
   if (state->spec_text != spec) {
     Result<PrepareSpec> parsed = ParsePrepareSpec(spec);
@@ -148,8 +170,19 @@ extern "C" int carpool_job_decode_run(void* handle, const char* spec, int n,
   std::vector<std::pair<size_t, Status>> refused;
   gpu::DecodeCounts counts;
   Status s = state->decoder->Decode(state->spec, targets, state->stream.get(), &refused, &counts);
+  const auto sync_start = std::chrono::steady_clock::now();
   if (s.ok()) s = state->stream.Synchronize();
   if (!s.ok()) return Fail(s, err, err_len);
+  const auto end = std::chrono::steady_clock::now();
+  ++state->calls;
+  state->totals.gpu += counts.gpu;
+  state->totals.failed += counts.failed;
+  state->totals.inspect_s += counts.inspect_s;
+  state->totals.decode_s += counts.decode_s;
+  state->totals.resize_s += counts.resize_s;
+  state->totals.wait_s += counts.wait_s;
+  state->sync_s += std::chrono::duration<double>(end - sync_start).count();
+  state->run_s += std::chrono::duration<double>(end - run_start).count();
   std::memset(failed, 0, size_t(n));
   for (const auto& [index, why] : refused) failed[index] = 1;
   std::memcpy(handle_out, state->handle, sizeof(state->handle));
@@ -164,6 +197,7 @@ extern "C" void carpool_job_decode_close(void* handle) {
   int current = -1;  // the calling thread's device, given back after
   const bool known = cudaGetDevice(&current) == cudaSuccess;
   (void)OnDevice(state->device);
+  PrintTrace(*state);
   delete state;
   if (known) (void)cudaSetDevice(current);
 }

@@ -265,6 +265,7 @@ Status JpegDecoder::DecodePlanes(std::span<const std::span<const uint8_t>> encod
     }
     impl_->initialized_batch = static_cast<int>(n);
     impl_->initialized_format = nv_format;
+    ++initializations_;
   }
   std::vector<const unsigned char*> data(n);
   std::vector<size_t> lengths(n);

@@ -67,6 +67,8 @@ class JpegDecoder {
 
   JpegBackend backend() const { return backend_; }
   uint32_t max_batch() const { return max_batch_; }
+  // How often nvJPEG's batched state was (re)initialized: once per change of batch size.
+  uint64_t initializations() const { return initializations_; }
 
   // Parses the header only. O(header bytes).
   JpegFacts Inspect(std::span<const uint8_t> encoded);
@@ -88,6 +90,7 @@ class JpegDecoder {
   std::unique_ptr<Impl> impl_;
   JpegBackend backend_;
   uint32_t max_batch_;
+  uint64_t initializations_ = 0;
 };
 
 }  // namespace carpool::gpu
