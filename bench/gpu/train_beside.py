@@ -7,6 +7,11 @@
 (LIB is libcarpool_decode_probe.so), on a thread, in this process's CUDA context: a decode that
 shares the trainer's context, against the same decode from another process, which the GPU
 time-slices with it (docs/benchmarks.md, issue 23).
+
+--profile-at T runs torch.profiler for --profile-seconds from T on and prints each kernel's and
+copy's GPU time, every stream of the process included (nvJPEG's too); --profile-trace also writes
+its Chrome trace. Ending the profiler stalls the loop for seconds, so windows after it are not
+rates (docs/benchmarks.md, "Issue 23, session 35").
 """
 
 import argparse
