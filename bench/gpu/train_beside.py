@@ -182,12 +182,12 @@ def main():
         if args.profile_at is not None and profiler is None and now - start >= args.profile_at:
             profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                                           torch.profiler.ProfilerActivity.CUDA])
-            profiler.__enter__()
+            profiler.start()
             profile_start, profile_images = now, 0
         if profiler is not None and profile_start is not None:
             profile_images += b
             if now - profile_start >= args.profile_seconds:
-                profiler.__exit__(None, None, None)
+                profiler.stop()
                 print_profile(profiler, now - profile_start, profile_images,
                               per_step.decoded if per_step else 0)
                 if args.profile_trace:
