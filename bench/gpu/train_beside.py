@@ -73,8 +73,10 @@ class DecodePerStep:
         except RuntimeError as e:
             raise SystemExit(f"train_beside: {e}") from None
         data, lengths = photo_jpegs(512)
-        self.data = ctypes.create_string_buffer(data, len(data))  # kept alive: the calls read it
-        base = ctypes.addressof(self.data)
+        # Page-locked, as a job's decode segment is: nvJPEG's uploads are DMA. Kept alive: the
+        # calls read it.
+        self.data = torch.frombuffer(bytearray(data), dtype=torch.uint8).pin_memory()
+        base = self.data.data_ptr()
         self.batches = [decode_probe.packed(base, lengths[:256]),
                         decode_probe.packed(base + sum(lengths[:256]), lengths[256:])]
         self.out = torch.empty((256, 256, 256, 3), dtype=torch.uint8, device=dev)

@@ -54,6 +54,8 @@ class BatchDecoder {
   uint64_t initializations() const { return decoder_ ? decoder_->initializations() : 0; }
   // "hardware", "gpu-hybrid", or "cpu" without an nvJPEG decoder.
   std::string backend() const;
+  // True when nvJPEG reads the JPEGs from device memory (JpegDecoder::device_input).
+  bool device_input() const { return decoder_ && decoder_->device_input(); }
 
   // Decodes every target into its dst, enqueued on `stream`: work the caller enqueues after it
   // on the stream sees the pixels (it returns after the stream has finished only when the CPU

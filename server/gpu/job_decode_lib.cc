@@ -47,14 +47,16 @@ void PrintTrace(const JobDecodeState& s) {
   const char* trace = std::getenv("CARPOOL_JOB_DECODE_TRACE");
   if (trace == nullptr || *trace == '\0' || s.calls == 0) return;
   const double ms = 1e3 / double(s.calls);
-  std::fprintf(stderr,
-               "carpool job decode: %llu calls, %llu images (%llu refused), ms a call: run %.2f "
-               "= header parse %.2f + nvJPEG %.2f + resize launch %.2f + wait %.2f + stream "
-               "%.2f; %llu nvJPEG re-initializations\n",
-               (unsigned long long)s.calls, (unsigned long long)s.totals.gpu,
-               (unsigned long long)s.totals.failed, s.run_s * ms, s.totals.inspect_s * ms,
-               s.totals.decode_s * ms, s.totals.resize_s * ms, s.totals.wait_s * ms, s.sync_s * ms,
-               (unsigned long long)s.decoder->initializations());
+  std::fprintf(
+      stderr,
+      "carpool job decode (%s%s): %llu calls, %llu images (%llu refused), ms a call: run %.2f "
+      "= header parse %.2f + nvJPEG %.2f + resize launch %.2f + wait %.2f + stream "
+      "%.2f; %llu nvJPEG re-initializations\n",
+      s.decoder->backend().c_str(), s.decoder->device_input() ? ", JPEGs from device memory" : "",
+      (unsigned long long)s.calls, (unsigned long long)s.totals.gpu,
+      (unsigned long long)s.totals.failed, s.run_s * ms, s.totals.inspect_s * ms,
+      s.totals.decode_s * ms, s.totals.resize_s * ms, s.totals.wait_s * ms, s.sync_s * ms,
+      (unsigned long long)s.decoder->initializations());
 }
 
 int Fail(const Status& s, char* err, int err_len) {

@@ -68,6 +68,8 @@ Result<Variant> ParseVariant(const std::string& text) {
     if (first && part == "hardware") v.options.prefer = JpegBackend::kHardware;
     else if (first && part == "gpu-hybrid") v.options.prefer = JpegBackend::kGpuHybrid;
     else if (!first && part == "pools") v.options.memory_pools = true;
+    else if (!first && part == "device")
+      v.options.device_input = true;
     else if (!first && part == "prealloc") {
       v.options.preallocate_width = 1;  // as nvImageCodec does: the pool, not a size
       v.options.preallocate_height = 1;
@@ -75,8 +77,9 @@ Result<Variant> ParseVariant(const std::string& text) {
     else if (!first && part == "nv12") v.output = JpegOutput::kNv12;
     else {
       return Status::InvalidArgument(
-          "variant '" + text + "': give hardware or gpu-hybrid, then any of +pools, +prealloc, "
-          "+yuv, +nv12");
+          "variant '" + text +
+          "': give hardware or gpu-hybrid, then any of +pools, +prealloc, "
+          "+device, +yuv, +nv12");
     }
     first = false;
     at = plus + 1;
@@ -135,11 +138,13 @@ Result<std::string> VariantRow(const std::vector<std::vector<uint8_t>>& jpegs, i
     images += batch;
   }
   const double secs = std::chrono::duration<double>(Clock::now() - begin).count();
-  return fmt::format("variant {} ({}, output {}): {:.0f} img/s; decode call {:.2f} ms a batch of "
-                     "{}; from {:.1f} to {:.1f}",
-                     v.name, JpegBackendName((*d)->backend()), JpegOutputName(v.output),
-                     double(images) / secs, 1e3 * call_s / double(images / batch), batch,
-                     unix_begin, UnixSeconds());
+  return fmt::format(
+      "variant {} ({}{}, output {}): {:.0f} img/s; decode call {:.2f} ms a batch of "
+      "{}; from {:.1f} to {:.1f}",
+      v.name, JpegBackendName((*d)->backend()),
+      (*d)->device_input() ? ", JPEGs from device memory" : "", JpegOutputName(v.output),
+      double(images) / secs, 1e3 * call_s / double(images / batch), batch, unix_begin,
+      UnixSeconds());
 }
 
 }  // namespace carpool::gpu

@@ -2,7 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+#include <string_view>
 #include <vector>
+
+#include "server/gpu/cuda_check.h"
 
 #ifdef CARPOOL_HAVE_NVJPEG
 #include <dlfcn.h>
@@ -29,6 +35,8 @@ const char* JpegOutputName(JpegOutput output) {
 #ifndef CARPOOL_HAVE_NVJPEG
 
 struct JpegDecoder::Impl {};
+
+bool JpegDecoder::device_input() const { return false; }
 
 Result<std::unique_ptr<JpegDecoder>> JpegDecoder::Create(uint32_t, const JpegDecoderOptions&) {
   return Status::Unavailable(
@@ -132,6 +140,8 @@ struct JpegDecoder::Impl {
   nvjpegJpegStream_t parsed = nullptr;
   int initialized_batch = 0;  // the batch size the state was initialized for; 0: none yet
   nvjpegOutputFormat_t initialized_format = NVJPEG_OUTPUT_RGBI;
+  bool device_input = false;  // NVJPEG_BACKEND_HARDWARE_DEVICE: JPEGs uploaded by Upload
+  DeviceBuffer uploaded;      // a batch's JPEGs on the device (device_input)
 
   ~Impl() {
     if (parsed != nullptr) api->stream_destroy(parsed);
@@ -162,7 +172,13 @@ Result<std::unique_ptr<JpegDecoder>> JpegDecoder::Create(uint32_t max_batch,
   JpegBackend backend = options.prefer;
   const unsigned flags = options.memory_pools ? NVJPEG_FLAGS_ENABLE_MEMORY_POOLS : 0;
   nvjpegStatus_t s = NVJPEG_STATUS_NOT_INITIALIZED;
-  if (options.prefer == JpegBackend::kHardware) {
+  if (options.prefer == JpegBackend::kHardware && options.device_input) {
+    s = impl->api->create_ex(NVJPEG_BACKEND_HARDWARE_DEVICE, nullptr, nullptr, flags,
+                             &impl->handle);
+    impl->device_input = s == NVJPEG_STATUS_SUCCESS;
+    if (!impl->device_input) impl->handle = nullptr;
+  }
+  if (options.prefer == JpegBackend::kHardware && !impl->device_input) {
     s = impl->api->create_ex(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, flags, &impl->handle);
   }
   if (s != NVJPEG_STATUS_SUCCESS) {  // no JPEG engines on this GPU (or not asked for)
@@ -198,6 +214,65 @@ Result<std::unique_ptr<JpegDecoder>> JpegDecoder::Create(uint32_t max_batch,
   }
   return std::unique_ptr<JpegDecoder>(new JpegDecoder(std::move(impl), backend, max_batch));
 }
+
+bool JpegDecoder::device_input() const { return impl_->device_input; }
+
+namespace {
+
+// Copies the JPEGs to `device` (grown as needed) on `stream`, one copy per run of JPEGs that lie
+// together in host memory (a gap of at most kGap bytes is copied along), and points data[i] at
+// JPEG i's device copy. Later calls on the same stream reuse `device` after this call's decode.
+Status Upload(std::span<const std::span<const uint8_t>> encoded, DeviceBuffer* device,
+              cudaStream_t stream, std::vector<const unsigned char*>* data) {
+  constexpr uintptr_t kGap = 64 << 10;
+  const size_t n = encoded.size();
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  auto begin = [&](size_t i) { return reinterpret_cast<uintptr_t>(encoded[i].data()); };
+  auto end = [&](size_t i) { return begin(i) + encoded[i].size(); };
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return begin(a) < begin(b); });
+  struct Run {
+    uintptr_t begin, end;
+    uint64_t offset;  // in `device`
+  };
+  std::vector<Run> runs;
+  std::vector<size_t> run_of(n);
+  for (size_t i : order) {
+    if (runs.empty() || begin(i) > runs.back().end + kGap) {
+      const uint64_t offset =
+          runs.empty() ? 0 : runs.back().offset + (runs.back().end - runs.back().begin);
+      runs.push_back({begin(i), end(i), offset});
+    } else {
+      runs.back().end = std::max(runs.back().end, end(i));
+    }
+    run_of[i] = runs.size() - 1;
+  }
+  const uint64_t total = runs.back().offset + (runs.back().end - runs.back().begin);
+  if (device->bytes() < total) {
+    const uint64_t bytes = std::max<uint64_t>(total, 2 * device->bytes()) + (1 << 20);
+    device->Reset();  // cudaFree waits for the earlier decode that read it
+    Result<DeviceBuffer> grown = DeviceBuffer::Allocate(bytes);
+    if (!grown.ok()) return grown.status();
+    *device = std::move(*grown);
+  }
+  auto* base = static_cast<uint8_t*>(device->data());
+  for (const Run& r : runs) {
+    if (Status s =
+            CudaCheck(cudaMemcpyAsync(base + r.offset, reinterpret_cast<const void*>(r.begin),
+                                      r.end - r.begin, cudaMemcpyHostToDevice, stream),
+                      "cudaMemcpyAsync(JPEGs to the device)");
+        !s.ok()) {
+      return s;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const Run& r = runs[run_of[i]];
+    (*data)[i] = base + r.offset + (begin(i) - r.begin);
+  }
+  return Status::OK();
+}
+
+}  // namespace
 
 JpegFacts JpegDecoder::Inspect(std::span<const uint8_t> encoded) {
   JpegFacts f;
@@ -279,6 +354,9 @@ Status JpegDecoder::DecodePlanes(std::span<const std::span<const uint8_t>> encod
       images[i].pitch[c] = out[i].pitch[c];
     }
   }
+  if (impl_->device_input) {
+    if (Status u = Upload(encoded, &impl_->uploaded, stream, &data); !u.ok()) return u;
+  }
   s = api.decode_batched(impl_->handle, impl_->state, data.data(), lengths.data(), images.data(),
                          stream);
   if (s != NVJPEG_STATUS_SUCCESS) {
@@ -295,6 +373,8 @@ JpegDecoder::~JpegDecoder() = default;
 Result<std::unique_ptr<JpegDecoder>> JpegDecoder::Create(uint32_t max_batch, JpegBackend prefer) {
   JpegDecoderOptions options;
   options.prefer = prefer;
+  const char* device_input = std::getenv("CARPOOL_NVJPEG_DEVICE_INPUT");
+  options.device_input = device_input != nullptr && std::string_view(device_input) == "1";
   return Create(max_batch, options);
 }
 

@@ -32,6 +32,10 @@ struct JpegDecoderOptions {
   JpegBackend prefer = JpegBackend::kHardware;
   bool memory_pools = false;  // NVJPEG_FLAGS_ENABLE_MEMORY_POOLS
   uint32_t preallocate_width = 0, preallocate_height = 0;
+  // The engines read the JPEGs from device memory (NVJPEG_BACKEND_HARDWARE_DEVICE): DecodePlanes
+  // uploads a batch's JPEGs itself, one copy per contiguous run of them, instead of nvJPEG's
+  // copy per image. Where that backend is missing, Create takes the plain hardware one.
+  bool device_input = false;
 };
 
 // What DecodePlanes writes: interleaved RGB in plane 0, planar Y/Cb/Cr at the stream's own
@@ -66,6 +70,8 @@ class JpegDecoder {
   JpegDecoder& operator=(const JpegDecoder&) = delete;
 
   JpegBackend backend() const { return backend_; }
+  // True when the engines read the JPEGs from device memory (JpegDecoderOptions::device_input).
+  bool device_input() const;
   uint32_t max_batch() const { return max_batch_; }
   // How often nvJPEG's batched state was (re)initialized: once per change of batch size.
   uint64_t initializations() const { return initializations_; }
