@@ -62,7 +62,6 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   go.resident_bytes = options.gpu_cache_bytes;
   go.gpu_decode = options.gpu_decode;
   go.decode_bytes = options.gpu_decode_bytes;
-  go.job_decode_cpu_threads = options.job_decode_cpu_threads;
   go.host_region = e->cache_->Mapping();
   // Next uses as the scheduler last reported them to the cache: a GPU never takes the engine's
   // lock, only the cache's (a leaf).

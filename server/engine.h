@@ -72,8 +72,6 @@ struct EngineOptions {
   uint64_t gpu_decode_bytes = uint64_t{512} << 20;  // decoded images held at once per GPU
   // --job-decode: a GPU job's JPEGs decoded in its own process where it offers to (job_decode.h).
   bool job_decode = true;
-  // --job-decode-cpu-threads: server threads that decode a share of such builds meanwhile.
-  uint32_t job_decode_cpu_threads = 0;
   // A data-parallel job whose ranks have not all joined this long after its first fails.
   std::chrono::milliseconds rank_join_timeout{60000};
   // The cross-node partition's seed (sampler/node_partition.h): the same on every node of a sweep.

@@ -172,8 +172,6 @@ Json ServerJson(const EngineSnapshot& s) {
                     {"decode_seconds", g.decode_seconds},
                     {"job_decodes", g.job_decodes},
                     {"job_decode_failures", g.job_decode_failures},
-                    {"cpu_share_decodes", g.cpu_share_decodes},
-                    {"cpu_share_fraction", g.cpu_share_fraction},
                     {"overlapped_builds", g.overlapped_builds},
                     {"job_decode_seconds", g.job_decode_seconds},
                     {"build_phase_seconds",

@@ -90,10 +90,6 @@ struct GpuCounters {
   // trips (apart from decode_seconds), and works a job failed or missed (the server decoded them).
   uint64_t job_decodes = 0, job_decode_failures = 0;
   double job_decode_seconds = 0;
-  // The share of those builds the server's CPU decoded meanwhile (cpu_share.h): images, and the
-  // share of a build it takes now.
-  uint64_t cpu_share_decodes = 0;
-  double cpu_share_fraction = 0;
   // Builds planned while an earlier one waited for its job's decode: the job's next JPEGs went
   // out before the previous build finished.
   uint64_t overlapped_builds = 0;
@@ -146,8 +142,6 @@ struct GpuServiceOptions {
   // GPU decode: off, auto (on where nvJPEG loads) or on (the server fails to start without it).
   GpuDecode gpu_decode = GpuDecode::kAuto;
   uint64_t decode_bytes = uint64_t{512} << 20;  // cap on the decoded images held at once
-  // Threads of the server that decode a share of each build a job's process decodes (0: none).
-  uint32_t job_decode_cpu_threads = 0;
   // Next uses (the scheduler's clock) of `samples`, written to `out`; +inf for none. Called from
   // Build while it evicts resident samples, with no engine lock held by the caller.
   std::function<void(std::span<const uint32_t> samples, std::span<double> out)> next_use;

@@ -172,10 +172,6 @@ std::string RenderPrometheus(const EngineSnapshot& s) {
   per_gpu("carpool_gpu_job_decodes_total", "counter",
           "Encoded samples the jobs' own processes decoded for this GPU (--job-decode)",
           &GpuCounters::job_decodes);
-  per_gpu("carpool_gpu_cpu_share_decodes_total", "counter",
-          "Encoded samples the server's CPU decoded while a job's process decoded the rest of "
-          "their build (--job-decode-cpu-threads)",
-          &GpuCounters::cpu_share_decodes);
   per_gpu("carpool_gpu_overlapped_builds_total", "counter",
           "Builds planned while an earlier one waited for its job's own GPU decode",
           &GpuCounters::overlapped_builds);

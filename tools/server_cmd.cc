@@ -103,12 +103,6 @@ int Serve(int argc, char** argv) {
   std::string gpus = "all", gpu_cache_size = "2GiB", metrics, rank_join_timeout = "60s", group;
   std::string pacing = "on", gpu_decode = "auto", gpu_decode_memory = "512MiB", job_decode = "on";
   uint32_t workers = 0, max_jobs = ControlPlaneOptions{}.max_jobs;
-  uint32_t job_decode_cpu_threads = EngineOptions{}.job_decode_cpu_threads;
-  const std::string cpu_threads_help = fmt::format(
-      "server threads that decode the last JPEGs of each build a job's process decodes, to the "
-      "same pixels, while the job decodes the rest; the share follows the job's pace. 0: none "
-      "(default {})",
-      job_decode_cpu_threads);
   uint64_t lookahead = kDefaultLookahead, seed = 1, partition_seed = kDefaultPartitionSeed;
   po::options_description opts;
   opts.add_options()("help,h", "show this help")(
@@ -148,7 +142,6 @@ int Serve(int argc, char** argv) {
       "CUDA context: beside training that costs the trainer a quarter of a decode in the server's "
       "context) where its client offers to and it is its GPU's only job; the server decodes what "
       "it does not; off under --group (default on)")(
-      "job-decode-cpu-threads", po::value(&job_decode_cpu_threads), cpu_threads_help.c_str())(
       "gpu-decode-memory", po::value(&gpu_decode_memory),
       "device memory per GPU for decoded images awaiting their resize (default 512MiB)")(
       "metrics", po::value(&metrics),
@@ -215,13 +208,6 @@ int Serve(int argc, char** argv) {
         "--group: JPEGs are decoded by the server only (--job-decode off), since a job's "
         "decoded samples would serve other users' jobs");
   }
-  if (job_decode_cpu_threads > 16) {
-    return Fail(Status::InvalidArgument(fmt::format(
-        "--job-decode-cpu-threads {} is more than 16; a few threads match a job's own decode "
-        "(docs/gpu.md), 0 turns them off",
-        job_decode_cpu_threads)));
-  }
-  eo.job_decode_cpu_threads = job_decode_cpu_threads;
   if (workers > kMaxWorkers) {
     return Fail(Status::InvalidArgument(fmt::format(
         "--workers {} is more than the limit of {}; 0 means one per core", workers, kMaxWorkers)));

@@ -87,9 +87,6 @@ def parser(prog=None):
     ap.add_argument("--job-decode", choices=["on", "off"],
                     help="the server's --job-decode (GPU decode in the jobs' own processes), "
                          "passed only when given (default: the server's, on)")
-    ap.add_argument("--job-decode-cpu-threads", type=int,
-                    help="the server's --job-decode-cpu-threads (its CPU decodes a share of a "
-                         "decoding job's builds), passed only when given")
     ap.add_argument("--prefetch", type=int, default=8, help="batches per job ahead (default 8)")
     ap.add_argument("--transform", default="random_crop(224)|flip|normalize(imagenet)|float16|nhwc")
     ap.add_argument("--warmup", type=int, help="untimed steps per job (default 5; smoke 1)")

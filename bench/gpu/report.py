@@ -38,8 +38,6 @@ COLUMNS = [
     ("decoder", lambda s, cp, bl: cp.get("decoder"), "s"),
     ("GPU decodes", lambda s, cp, bl: (cp.get("gpu") or {}).get("gpu_decodes"), "d"),
     ("decoded in the jobs", lambda s, cp, bl: (cp.get("gpu") or {}).get("job_decodes"), "d"),
-    ("decoded by the server's CPU share",
-     lambda s, cp, bl: (cp.get("gpu") or {}).get("cpu_share_decodes"), "d"),
     ("JPEG util % mean/max",
      lambda s, cp, bl: (lambda u: None if u.get("jpg_pct_mean") is None
                         else f"{u['jpg_pct_mean']:.0f}/{u['jpg_pct_max']}")(

@@ -101,8 +101,7 @@ class Bench:
         flags = {"workers": a.workers, "cache_size": cache["cache_size"], "lookahead": a.lookahead}
         if self.gpu is not None:
             flags.update(gpus=gpus or str(self.gpu), gpu_cache_size=cache["gpu_cache_size"],
-                         gpu_decode=a.gpu_decode, job_decode=a.job_decode,
-                         job_decode_cpu_threads=a.job_decode_cpu_threads)
+                         gpu_decode=a.gpu_decode, job_decode=a.job_decode)
         return self.carpool.Server(self.state_dir, log=str(self.log_dir / f"server-{label}.log"),
                                    **flags)
 
@@ -451,8 +450,7 @@ def server_deltas(s0, s1, gpu):
     d = {k: g1[k] - g0[k] for k in ("batches", "images", "uploads", "upload_bytes",
                                      "resident_hits", "resident_evictions", "assemble_seconds")}
     for k in ("gpu_decodes", "cpu_fallbacks", "decoded_bytes", "undecodable", "decode_seconds",
-              "job_decodes", "job_decode_failures", "job_decode_seconds", "overlapped_builds",
-              "cpu_share_decodes"):
+              "job_decodes", "job_decode_failures", "job_decode_seconds", "overlapped_builds"):
         if k in g1:  # servers with GPU decode (issue 23)
             d[k] = g1[k] - g0.get(k, 0)
     if "build_phase_seconds" in g1:  # where builds spend their time

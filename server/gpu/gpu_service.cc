@@ -21,7 +21,6 @@
 #include "common/fair_mutex.h"
 #include "common/log.h"
 #include "common/mutex.h"
-#include "server/cpu_share.h"
 #include "server/gpu/batch_decoder.h"
 #include "server/gpu/cuda_check.h"
 #include "server/gpu/device_probe.h"
@@ -175,7 +174,6 @@ class CudaGpuService : public GpuService {
     uint64_t bytes = 0;    // mapped from base on
   };
   std::unordered_map<const JobDecoder*, JobBuffer> job_buffers_ GUARDED_BY(mu_);
-  std::unique_ptr<CpuShare> cpu_share_;  // null: none (--job-decode-cpu-threads 0); thread-safe
   // Builds overlap: a job's next build plans and sends its JPEGs while the previous one waits for
   // the job's answer. Their blocks stay put (in_flight_), and they finish in plan order (turns).
   std::unordered_map<uint32_t, uint32_t> in_flight_ GUARDED_BY(mu_);  // sample -> builds using it
@@ -198,7 +196,6 @@ class CudaGpuService : public GpuService {
   std::atomic<uint64_t> gpu_decodes_{0}, cpu_fallbacks_{0}, decoded_bytes_{0}, undecodable_{0};
   std::atomic<uint64_t> decode_ns_{0};
   std::atomic<uint64_t> job_decodes_{0}, job_decode_failures_{0}, job_decode_ns_{0};
-  std::atomic<uint64_t> cpu_share_decodes_{0};
   std::atomic<uint64_t> overlapped_builds_{0};
   std::atomic<uint64_t> job_copy_ns_{0}, job_wait_ns_{0}, job_copy_out_ns_{0}, assemble_kernel_ns_{0};
   std::atomic<uint64_t> lock_ns_{0}, inspect_ns_{0}, nvjpeg_ns_{0}, resize_ns_{0},
@@ -267,13 +264,7 @@ Result<std::unique_ptr<CudaGpuService>> CudaGpuService::Create(
     Result<std::unique_ptr<gpu::JpegDecoder>> decoder = gpu::JpegDecoder::Create(256);
     if (decoder.ok()) {
       svc->decoder_name_ = gpu::JpegBackendName((*decoder)->backend());
-      svc->decode_ =
-          std::make_unique<gpu::BatchDecoder>(std::move(*decoder), options.decode_bytes);
-      if (options.job_decode_cpu_threads > 0) {
-        CpuShare::Options share;
-        share.threads = options.job_decode_cpu_threads;
-        svc->cpu_share_ = std::make_unique<CpuShare>(share);
-      }
+      svc->decode_ = std::make_unique<gpu::BatchDecoder>(std::move(*decoder), options.decode_bytes);
     } else if (options.gpu_decode == GpuDecode::kOn) {
       return Status(decoder.status().code(),
                     fmt::format("--gpu-decode on: GPU {} cannot decode JPEGs: {}", device,
@@ -361,10 +352,8 @@ struct CudaGpuService::BuildPlan {
   std::unordered_map<uint32_t, size_t> scratch_index;        // id -> index in decodes
   uint64_t scratch_bytes = 0;
   // The decodes sent to the job's process: its work, and its answer once awaited.
-  std::vector<JobDecodeItem> job_items;  // decodes[0, job_items.size()) go to the job
+  std::vector<JobDecodeItem> job_items;
   std::optional<JobDecodeTicket> job_ticket;
-  // decodes[job_items.size(), end) the server's CPU decodes meanwhile (CpuShare), if any.
-  std::shared_ptr<const CpuShare::Part> cpu_part;
   std::optional<Result<JobDecodeResult>> job_answer;
   bool job_first = false;  // no work of the job's has come back yet
   std::chrono::steady_clock::time_point job_start;
@@ -440,11 +429,6 @@ Status CudaGpuService::Build(const DeviceBatchRequest& request) {
       // decoding for us; its first answer may wait for its CUDA context and nvJPEG to start.
       plan.job_answer = request.job_decoder->Await(
           *plan.job_ticket, std::chrono::milliseconds(plan.job_first ? 30000 : 3000));
-      if (plan.cpu_part) {
-        // Done before the job: the next builds keep a little more for the CPU; else less.
-        if (plan.job_answer->ok()) cpu_share_->Report(plan.cpu_part->Done());
-        plan.cpu_part->Wait();
-      }
     }
     // Phase 3, in plan order: a later plan may read blocks this one fills.
     const auto turn_start = std::chrono::steady_clock::now();
@@ -460,7 +444,6 @@ Status CudaGpuService::Build(const DeviceBatchRequest& request) {
     assemble_ns_ += NanosSince(start);
     return built;
   } catch (...) {
-    if (plan.cpu_part) plan.cpu_part->Wait();  // its tasks read the build's JPEGs
     if (planned) {
       if (!has_turn) wait_turn();
       {
@@ -539,13 +522,9 @@ void CudaGpuService::SendJobWorkLocked(const DeviceBatchRequest& request, BuildP
       !decode_ || pool_jobs_.load() != 1) {
     return;
   }
-  // The last `keep` decodes go to the server's CPU meanwhile, when the job takes the rest.
-  const size_t keep = cpu_share_ ? cpu_share_->Keep(plan.decodes.size()) : 0;
-  const std::span<const gpu::DecodeTarget> to_job =
-      std::span<const gpu::DecodeTarget>(plan.decodes).first(plan.decodes.size() - keep);
   uint64_t output_bytes = 0, largest = 0;
-  plan.job_items.reserve(to_job.size());
-  for (const gpu::DecodeTarget& t : to_job) {
+  plan.job_items.reserve(plan.decodes.size());
+  for (const gpu::DecodeTarget& t : plan.decodes) {
     plan.job_items.push_back({t.encoded, static_cast<uint32_t>(t.shape.height),
                               static_cast<uint32_t>(t.shape.width),
                               static_cast<uint32_t>(t.shape.channels), output_bytes});
@@ -579,21 +558,12 @@ void CudaGpuService::SendJobWorkLocked(const DeviceBatchRequest& request, BuildP
   job_copy_ns_ += static_cast<uint64_t>(ticket->copy_seconds * 1e9);
   plan.job_ticket = *ticket;
   plan.job_first = !buffer.answered;
-  if (keep > 0) {
-    std::vector<std::span<const uint8_t>> encoded;
-    encoded.reserve(keep);
-    for (size_t i = to_job.size(); i < plan.decodes.size(); ++i) {
-      encoded.push_back(plan.decodes[i].encoded);
-    }
-    plan.cpu_part = cpu_share_->Start(*request.prepare, std::move(encoded));
-  }
 }
 
 std::vector<gpu::DecodeTarget> CudaGpuService::CopyOutJobWorkLocked(
     const DeviceBatchRequest& request, BuildPlan& plan) {
-  const std::span<const gpu::DecodeTarget> targets =
-      std::span<const gpu::DecodeTarget>(plan.decodes).first(plan.job_items.size());
-  std::vector<gpu::DecodeTarget> all_targets(plan.decodes.begin(), plan.decodes.end());
+  const std::span<const gpu::DecodeTarget> targets = plan.decodes;
+  std::vector<gpu::DecodeTarget> all_targets(targets.begin(), targets.end());
   auto all = [&](const Status& why) {
     ++job_decode_failures_;
     request.job_decoder->Disable(why);  // a job that failed once decodes no more
@@ -633,25 +603,9 @@ std::vector<gpu::DecodeTarget> CudaGpuService::CopyOutJobWorkLocked(
     src.push_back(*base + done->buffer_offset + plan.job_items[i].dst_offset);
     bytes.push_back(targets[i].shape.bytes());
   }
-  const size_t from_job = dst.size();
-  if (plan.cpu_part) {
-    // The CPU's share (done: Build waited for it): its pixels, or the server decodes it below.
-    const auto& images = plan.cpu_part->results();
-    for (size_t k = 0; k < images.size(); ++k) {
-      const gpu::DecodeTarget& t = plan.decodes[targets.size() + k];
-      if (!images[k].ok() || !(images[k]->shape == t.shape)) {
-        left.push_back(t);
-        continue;
-      }
-      dst.push_back(t.dst);
-      src.push_back(images[k]->pixels.data());
-      bytes.push_back(t.shape.bytes());
-    }
-  }
   if (Status s = CopyToDevice(dst, src, bytes, stream_.get()); !s.ok()) return all(s);
   job_copy_out_ns_ += NanosSince(copy_out_start);
-  job_decodes_ += from_job;
-  cpu_share_decodes_ += dst.size() - from_job;
+  job_decodes_ += dst.size();
   if (first) {
     log::Info(
         "GPU {}: a job's process decodes its JPEGs; its first {} took {:.0f} ms, its CUDA "
@@ -892,8 +846,6 @@ GpuCounters CudaGpuService::Counters() const NO_THREAD_SAFETY_ANALYSIS {
   c.undecodable = undecodable_.load();
   c.decode_seconds = static_cast<double>(decode_ns_.load()) * 1e-9;
   c.job_decodes = job_decodes_.load();
-  c.cpu_share_decodes = cpu_share_decodes_.load();
-  c.cpu_share_fraction = cpu_share_ ? cpu_share_->fraction() : 0.0;
   c.job_decode_failures = job_decode_failures_.load();
   c.overlapped_builds = overlapped_builds_.load();
   c.job_decode_seconds = static_cast<double>(job_decode_ns_.load()) * 1e-9;
