@@ -66,16 +66,18 @@ class DecodePerStep:
     at most `behind` batches behind the steps: the training loop blocks when the decode cannot
     keep up, as a job whose own process decodes its input would."""
 
-    def __init__(self, lib_path, dev, behind=2, vary=0):
+    def __init__(self, lib_path, dev, behind=2, vary=0, pageable=False):
         import queue
         try:
             self.decoder = decode_probe.Decoder(decode_probe.load(lib_path), 256)
         except RuntimeError as e:
             raise SystemExit(f"train_beside: {e}") from None
         data, lengths = photo_jpegs(512)
-        # Page-locked, as a job's decode segment is: nvJPEG's uploads are DMA. Kept alive: the
-        # calls read it.
-        self.data = torch.frombuffer(bytearray(data), dtype=torch.uint8).pin_memory()
+        # Page-locked, as a job's decode segment is: nvJPEG's uploads are DMA (--decode-pageable:
+        # plain memory, the uploads staged). Kept alive: the calls read it.
+        self.data = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        if not pageable:
+            self.data = self.data.pin_memory()
         base = self.data.data_ptr()
         self.batches = [decode_probe.packed(base, lengths[:256]),
                         decode_probe.packed(base + sum(lengths[:256]), lengths[256:])]
@@ -146,6 +148,8 @@ def main():
                          "--decode-seconds, one batch decoded in this process per training step")
     ap.add_argument("--decode-vary", type=int, default=0, metavar="K",
                     help="with --decode-per-step: each batch 256 - (0..K) JPEGs, sizes changing")
+    ap.add_argument("--decode-pageable", action="store_true",
+                    help="with --decode-per-step: the JPEGs in pageable memory, not page-locked")
     ap.add_argument("--profile-at", type=float, default=None, metavar="T",
                     help="run torch.profiler from T seconds for --profile-seconds and print the "
                          "GPU time of each kernel (every stream of this process, the decode's too)")
@@ -168,7 +172,8 @@ def main():
                                [int(b) for b in args.decode_batches.split(",")],
                                args.decode_start, args.decode_seconds, args.decode_gap,
                                args.decode_images)).start()
-    per_step = (DecodePerStep(args.decode_per_step, dev, vary=args.decode_vary)
+    per_step = (DecodePerStep(args.decode_per_step, dev, vary=args.decode_vary,
+                              pageable=args.decode_pageable)
                 if args.decode_per_step else None)
     profiler = None
     start = window_start = time.monotonic()

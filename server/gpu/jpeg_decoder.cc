@@ -373,8 +373,6 @@ JpegDecoder::~JpegDecoder() = default;
 Result<std::unique_ptr<JpegDecoder>> JpegDecoder::Create(uint32_t max_batch, JpegBackend prefer) {
   JpegDecoderOptions options;
   options.prefer = prefer;
-  const char* device_input = std::getenv("CARPOOL_NVJPEG_DEVICE_INPUT");
-  options.device_input = device_input != nullptr && std::string_view(device_input) == "1";
   return Create(max_batch, options);
 }
 
