@@ -3,12 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <numeric>
-#include <string_view>
 #include <vector>
 
 #include "server/gpu/cuda_check.h"
+#include "server/gpu/upload_runs.h"
 
 #ifdef CARPOOL_HAVE_NVJPEG
 #include <dlfcn.h>
@@ -220,43 +218,20 @@ bool JpegDecoder::device_input() const { return impl_->device_input; }
 namespace {
 
 // Copies the JPEGs to `device` (grown as needed) on `stream`, one copy per run of JPEGs that lie
-// together in host memory (a gap of at most kGap bytes is copied along), and points data[i] at
-// JPEG i's device copy. Later calls on the same stream reuse `device` after this call's decode.
+// together in host memory (PlanUploadRuns), and points data[i] at JPEG i's device copy. Later
+// calls on the same stream reuse `device` after this call's decode.
 Status Upload(std::span<const std::span<const uint8_t>> encoded, DeviceBuffer* device,
               cudaStream_t stream, std::vector<const unsigned char*>* data) {
-  constexpr uintptr_t kGap = 64 << 10;
-  const size_t n = encoded.size();
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), size_t{0});
-  auto begin = [&](size_t i) { return reinterpret_cast<uintptr_t>(encoded[i].data()); };
-  auto end = [&](size_t i) { return begin(i) + encoded[i].size(); };
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return begin(a) < begin(b); });
-  struct Run {
-    uintptr_t begin, end;
-    uint64_t offset;  // in `device`
-  };
-  std::vector<Run> runs;
-  std::vector<size_t> run_of(n);
-  for (size_t i : order) {
-    if (runs.empty() || begin(i) > runs.back().end + kGap) {
-      const uint64_t offset =
-          runs.empty() ? 0 : runs.back().offset + (runs.back().end - runs.back().begin);
-      runs.push_back({begin(i), end(i), offset});
-    } else {
-      runs.back().end = std::max(runs.back().end, end(i));
-    }
-    run_of[i] = runs.size() - 1;
-  }
-  const uint64_t total = runs.back().offset + (runs.back().end - runs.back().begin);
-  if (device->bytes() < total) {
-    const uint64_t bytes = std::max<uint64_t>(total, 2 * device->bytes()) + (1 << 20);
+  const UploadPlan plan = PlanUploadRuns(encoded);
+  if (device->bytes() < plan.bytes) {
+    const uint64_t bytes = std::max<uint64_t>(plan.bytes, 2 * device->bytes()) + (1 << 20);
     device->Reset();  // cudaFree waits for the earlier decode that read it
     Result<DeviceBuffer> grown = DeviceBuffer::Allocate(bytes);
     if (!grown.ok()) return grown.status();
     *device = std::move(*grown);
   }
   auto* base = static_cast<uint8_t*>(device->data());
-  for (const Run& r : runs) {
+  for (const UploadRun& r : plan.runs) {
     if (Status s =
             CudaCheck(cudaMemcpyAsync(base + r.offset, reinterpret_cast<const void*>(r.begin),
                                       r.end - r.begin, cudaMemcpyHostToDevice, stream),
@@ -265,10 +240,7 @@ Status Upload(std::span<const std::span<const uint8_t>> encoded, DeviceBuffer* d
       return s;
     }
   }
-  for (size_t i = 0; i < n; ++i) {
-    const Run& r = runs[run_of[i]];
-    (*data)[i] = base + r.offset + (begin(i) - r.begin);
-  }
+  for (size_t i = 0; i < encoded.size(); ++i) (*data)[i] = base + plan.at[i];
   return Status::OK();
 }
 

@@ -227,6 +227,56 @@ TEST_F(JpegDecoderTest, TuningChangesNoPixelAndTheYuvOutputsAgreeOnLuma) {
   EXPECT_GT(int(*hi) - int(*lo), 100);
 }
 
+// JPEGs read from device memory (JpegDecoderOptions::device_input, uploaded in runs): the same
+// pixels as the plain hardware decoder, whether the JPEGs lie back to back in one buffer, a page
+// apart, out of order, or one of them twice in the batch.
+TEST_F(JpegDecoderTest, JpegsFromDeviceMemoryGiveTheSamePixels) {
+  const int w = 200, h = 150;
+  std::vector<std::vector<uint8_t>> jpegs;
+  for (uint32_t i = 0; i < 5; ++i) jpegs.push_back(Encode(Photo(w, h, 40 + i), w, h));
+  JpegDecoderOptions options;
+  options.device_input = true;
+  Result<std::unique_ptr<JpegDecoder>> d = JpegDecoder::Create(8, options);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  if (!(*d)->device_input()) {
+    GTEST_SKIP() << "no NVJPEG_BACKEND_HARDWARE_DEVICE here (no JPEG engines, or an older nvJPEG)";
+  }
+  // One segment: JPEGs 0-2 back to back, JPEG 3 a page further, JPEG 4 two pages further.
+  std::vector<uint8_t> segment;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < jpegs.size(); ++i) {
+    if (i >= 3) segment.resize(segment.size() + 4096 * (i - 2), 0);
+    at.push_back(segment.size());
+    segment.insert(segment.end(), jpegs[i].begin(), jpegs[i].end());
+  }
+  std::vector<std::vector<uint8_t>> order;  // the batch: out of order, JPEG 1 twice
+  std::vector<std::span<const uint8_t>> views;
+  for (size_t i : {4, 1, 0, 3, 1, 2}) {
+    order.push_back(jpegs[i]);
+    views.emplace_back(segment.data() + at[i], jpegs[i].size());
+  }
+  Result<std::vector<std::vector<uint8_t>>> plain = DecodeOnGpu(order, w, h);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  const size_t bytes = size_t(w) * h * 3;
+  Result<DeviceBuffer> out = DeviceBuffer::Allocate(bytes * views.size());
+  ASSERT_TRUE(out.ok());
+  std::vector<uint8_t*> outs;
+  std::vector<uint32_t> pitches(views.size(), uint32_t(w) * 3);
+  for (size_t i = 0; i < views.size(); ++i)
+    outs.push_back(static_cast<uint8_t*>(out->data()) + i * bytes);
+  for (int round = 0; round < 2; ++round) {  // the second reuses the decoder's device copy
+    ASSERT_TRUE((*d)->DecodeBatch(views, outs, pitches, stream_.get()).ok());
+    ASSERT_TRUE(stream_.Synchronize().ok());
+    for (size_t i = 0; i < views.size(); ++i) {
+      std::vector<uint8_t> got(bytes);
+      ASSERT_TRUE(
+          CudaCheck(cudaMemcpy(got.data(), outs[i], bytes, cudaMemcpyDeviceToHost), "cudaMemcpy")
+              .ok());
+      EXPECT_EQ(got, (*plain)[i]) << "image " << i << ", round " << round;
+    }
+  }
+}
+
 TEST_F(JpegDecoderTest, StreamsItCannotTakeAreToldApartWithTheReason) {
   const int w = 96, h = 64;
   const std::vector<uint8_t> rgb = Photo(w, h, 7);
