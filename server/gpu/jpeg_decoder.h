@@ -34,7 +34,9 @@ struct JpegDecoderOptions {
   uint32_t preallocate_width = 0, preallocate_height = 0;
   // The engines read the JPEGs from device memory (NVJPEG_BACKEND_HARDWARE_DEVICE): DecodePlanes
   // uploads a batch's JPEGs itself, one copy per contiguous run of them, instead of nvJPEG's
-  // copy per image. Where that backend is missing, Create takes the plain hardware one.
+  // copy per image. Where that backend is missing, Create takes the plain hardware one. Its
+  // calls must all use one stream (or be synchronized in between): each reuses the upload buffer.
+  // Measured slower, not faster (docs/benchmarks.md, "Issue 23, session 36"): off by default.
   bool device_input = false;
 };
 
