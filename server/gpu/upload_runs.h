@@ -2,6 +2,8 @@
 // few copies: ranges that touch, overlap or lie less than a page apart become one run, copied
 // whole (the bytes between them included: they lie in pages the two ranges already occupy, so
 // reading them cannot fault). Pure: no CUDA, so it is tested on every machine.
+// GpuAssembler::Plan::Finish merges only exactly adjacent samples, since its staging keeps each
+// sample aligned for the kernel; here the device copy keeps the host layout, gaps included.
 #ifndef CARPOOL_SERVER_GPU_UPLOAD_RUNS_H_
 #define CARPOOL_SERVER_GPU_UPLOAD_RUNS_H_
 
