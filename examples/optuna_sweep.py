@@ -250,7 +250,8 @@ def run_sweep(args, work):
             recorder.wait()
             print(f"status series in {args.record}; draw it with 'carpool report {args.record}'")
             sharing_bound(args.record, {subset_name(args.prefix, args.base, c): (k, c)
-                                        for k, c in SUBSET_SPACES[args.subsets].items()})
+                                        for k, c in SUBSET_SPACES[args.subsets].items()},
+                          replay={"state_dir": args.state_dir, "batch_size": args.batch_size})
         if failed:
             raise SystemExit(f"optuna_sweep.py: {len(failed)} worker(s) failed (output above)")
         stats = drained(server.socket)
@@ -271,7 +272,7 @@ def drained(socket, wait=10.0):
         time.sleep(0.2)
 
 
-def sharing_bound(record, subsets, windows=(1, 5)):
+def sharing_bound(record, subsets, windows=(1, 5), replay=None):
     """Prints each job of a --record series (its subset, when it ran, its epochs) and the highest
     sharing ratio any server could reach with these jobs at these times and paces: within each
     window of W seconds, a class's samples prepared once for all the jobs reading that class, at
@@ -308,6 +309,42 @@ def sharing_bound(record, subsets, windows=(1, 5)):
         print(f"sharing bound, {w} s windows: " + (
             f"these jobs at these times could share at most {delivered / need:.2f} (deliveries "
             "per preparation)" if need else "none (the series saw no deliveries)"))
+    if replay is not None and jobs:
+        replay_sweep(records, jobs, **replay)
+
+
+def replay_sweep(records, jobs, state_dir, batch_size, tick_ms=10):
+    """Replays the series' jobs in `carpool sim`: the server's own scheduler and cache index, the
+    same datasets, joins, epochs and cache capacity, each job at its mean pace with no jitter
+    and preparations free. What the server would share if every job kept a steady pace; the gap
+    to the server's own figure is what the jobs' uneven paces cost. Needs the sweep's datasets
+    (before they are removed) in `state_dir`."""
+    capacity = max(r["status"]["pacing"]["capacity_samples"] for r in records)
+    policy = records[-1]["status"]["policy"]
+    argv = [carpool.binary(), "sim", "--state-dir", str(state_dir), "--cache", str(capacity),
+            "--policy", policy, "--batch", str(batch_size), "--json"]
+    for r in records:
+        for j in r["status"]["jobs"]:
+            if j["id"] in jobs:
+                jobs[j["id"]]["dataset"] = j["dataset"]
+    for jid, job in sorted(jobs.items()):
+        (t0, n0), (t1, n1) = job["series"][0], job["series"][-1]
+        pace = (n1 - n0) / (t1 - t0) if t1 > t0 and n1 > n0 else n1  # samples per second
+        start = max(0.0, t0 - n0 / pace) if pace else t0  # back to its first delivery
+        size = cds.info(job["dataset"], state_dir=state_dir)["samples"]
+        epochs = max(1, round(n1 / size))  # a stopped trial: one epoch and a prefetch
+        argv += ["--job", f"j{jid}=dataset:{job['dataset']}@{int(start * 1000 / tick_ms)}"
+                          f"x{pace * tick_ms / 1000:.4f}/{epochs}"]
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        print(f"replay in carpool sim failed: {r.stderr.strip()}")
+        return None
+    out = json.loads(r.stdout)
+    print(f"replay, carpool's scheduler with these jobs at steady paces (carpool sim, cache "
+          f"{capacity} samples, {policy}): sharing {out['sharing_ratio']:.2f}; the best eviction "
+          f"on the same deliveries (Belady) "
+          f"{out['deliveries'] / max(out['belady_preparations'], 1):.2f}")
+    return out
 
 
 def report(study, stats, seconds):

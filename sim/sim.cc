@@ -92,7 +92,8 @@ const RoundRecord& Simulation::FinishRound(std::span<const JobId> participants) 
   for (JobId j : record_.participants) {
     if (!tree_.EpochDone(j)) continue;
     record_.epoch_ends.push_back(j);
-    if (++epochs_done_[j] < options_.epochs) {
+    const uint64_t epochs = jobs_[j].epochs != 0 ? jobs_[j].epochs : options_.epochs;
+    if (++epochs_done_[j] < epochs) {
       if (!tree_.ResetEpoch(j).ok()) continue;  // j is in the tree: cannot fail
     } else {
       if (!tree_.RemoveJob(j).ok()) continue;

@@ -33,10 +33,11 @@ struct SimJob {
   Roaring dataset;
   uint64_t start = 0;  // the round at which the job joins
   double speed = 1.0;  // probability of taking part in a round, in (0, 1]
+  uint64_t epochs = 0;  // epochs this job runs; 0: SimOptions::epochs
 };
 
 struct SimOptions {
-  uint64_t epochs = 1;  // each job runs this many epochs, then leaves
+  uint64_t epochs = 1;  // each job runs this many epochs (unless it sets its own), then leaves
   uint64_t seed = 1;    // seeds the tree and, through splitmix64, the participation coins
 };
 

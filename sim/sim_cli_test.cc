@@ -107,6 +107,20 @@ TEST(SimCliTest, CacheModeCountsPreparationsAgainstBelady) {
   }
 }
 
+// A trial stopped after its first epoch (/1) leaves while the others run --epochs, with and
+// without a cache.
+TEST(SimCliTest, AJobsOwnEpochsEndItEarly) {
+  Output rounds = RunCarpool("sim --job a=0:1000 --job b=0:1000/1 --epochs 3 --json");
+  ASSERT_EQ(rounds.exit_code, 0) << rounds.text;
+  EXPECT_EQ(Field(rounds.text, "/assignments"), 4000) << "3 epochs of a, 1 of b";
+  EXPECT_EQ(Field(rounds.text, "/jobs/1/epochs"), 1);
+  Output cached = RunCarpool("sim --job a=0:1000 --job b=0:1000/1 --epochs 3 --cache 100 --json");
+  ASSERT_EQ(cached.exit_code, 0) << cached.text;
+  EXPECT_EQ(Field(cached.text, "/deliveries"), 4000);
+  EXPECT_EQ(Field(cached.text, "/jobs/1/epochs"), 1);
+  EXPECT_EQ(Field(cached.text, "/jobs/0/epochs"), 3);
+}
+
 TEST(SimCliTest, SpeedAboveOneNeedsCacheMode) {
   Output plain = RunCarpool("sim --job a=0:100x2 --json");
   EXPECT_NE(plain.exit_code, 0);

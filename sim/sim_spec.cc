@@ -29,10 +29,20 @@ bool ParseDouble(std::string_view s, double* out) {
   return ec == std::errc() && ptr == s.data() + s.size() && std::isfinite(*out);
 }
 
-// Strips the optional "@START" and "xSPEED" suffixes off the end of `body` (in that order, so
-// "@START" comes first when both are present).
+// Strips the optional "@START", "xSPEED" and "/EPOCHS" suffixes off the end of `body` (in that
+// order when more than one is present). Dataset names hold no '/', so the last one is a suffix.
 Status ParseSuffixes(std::string_view arg, bool is_dataset, double max_speed,
                      std::string_view* body, JobSpec* spec) {
+  if (const size_t slash = body->rfind('/'); slash != std::string_view::npos) {
+    std::string_view value = body->substr(slash + 1);
+    uint64_t epochs = 0;
+    if (!ParseUint(value, &epochs) || epochs == 0 || epochs > UINT32_MAX) {
+      return SpecError(arg,
+                       fmt::format("EPOCHS \"{}\" is not a number of epochs (1, 2, ...)", value));
+    }
+    spec->epochs = static_cast<uint32_t>(epochs);
+    *body = body->substr(0, slash);
+  }
   const size_t x = body->rfind('x');
   const size_t at = body->rfind('@');
   const size_t colon = body->find(':');

@@ -53,6 +53,18 @@ TEST(SimSpecTest, ParsesEveryForm) {
   auto e = ParseJobSpec("e=7:8x1");
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->speed, 1.0);
+  EXPECT_EQ(e->epochs, 0u) << "0: the --epochs of the run";
+  auto f = ParseJobSpec("f=0:10%0.5@3x0.5/1");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->fraction, 0.5);
+  EXPECT_EQ(f->start, 3u);
+  EXPECT_EQ(f->speed, 0.5);
+  EXPECT_EQ(f->epochs, 1u);
+  auto g = ParseJobSpec("g=dataset:tune-1-no-shirts@250/3");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->dataset, "tune-1-no-shirts");
+  EXPECT_EQ(g->start, 250u);
+  EXPECT_EQ(g->epochs, 3u);
 }
 
 // Each error names the offending value.
@@ -79,6 +91,9 @@ TEST(SimSpecTest, ErrorsNameTheBadValue) {
       {"a=dataset:", "dataset name is empty"},
       {"a=dataset:foo@x", "START \"x\""},
       {"a=1000", "\"1000\" is not an id range"},
+      {"a=0:10/0", "EPOCHS \"0\""},
+      {"a=0:10x0.5/two", "EPOCHS \"two\""},
+      {"a=dataset:foo/", "EPOCHS \"\""},
   };
   for (const Case& c : cases) {
     auto r = ParseJobSpec(c.arg);
@@ -144,6 +159,18 @@ TEST(SimulationTest, RejectsBadSetups) {
   EXPECT_FALSE(Simulation::Create({Range("a", 0, 5)}, {.epochs = 0, .seed = 1}).ok());
   EXPECT_FALSE(Simulation::Create({Range("a", 0, 5, 0, 0.0)}, {}).ok());
   EXPECT_FALSE(Simulation::Create({SimJob{"a", Roaring(), 0, 1}}, {}).ok());
+}
+
+// A job's own EPOCHS (a sweep's trial stopped early) overrides --epochs for that job alone.
+TEST(SimulationTest, AJobsOwnEpochsOverrideTheRunsEpochs) {
+  SimJob stopped = Range("stopped", 0, 1000);
+  stopped.epochs = 1;
+  SimSummary s = RunToEnd({Range("a", 0, 1000), stopped}, {.epochs = 3, .seed = 2}, nullptr);
+  EXPECT_EQ(s.jobs[0].epochs, 3u);
+  EXPECT_EQ(s.jobs[0].assignments, 3000u);
+  EXPECT_EQ(s.jobs[1].epochs, 1u);
+  EXPECT_EQ(s.jobs[1].assignments, 1000u);
+  EXPECT_EQ(s.rounds, 3000u);
 }
 
 TEST(SimulationTest, IdenticalJobsShareEverything) {

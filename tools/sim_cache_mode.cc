@@ -139,7 +139,7 @@ int RunCacheMode(const std::vector<SimJob>& jobs, const CacheModeOptions& option
   std::vector<SimJobSpec> specs;
   for (const SimJob& j : jobs) {
     specs.push_back(SimJobSpec{j.name, j.dataset, static_cast<double>(j.start), j.speed,
-                               static_cast<uint32_t>(options.epochs)});
+                               static_cast<uint32_t>(j.epochs != 0 ? j.epochs : options.epochs)});
   }
   SchedulerSimOptions o;
   o.cache_samples = options.cache;

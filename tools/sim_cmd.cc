@@ -52,12 +52,14 @@ their parts of the datasets (hash partition, --partition-seed) with its own coin
 gives each node's sharing, the sharing over all nodes, and each job's per-epoch coverage over the
 nodes: every sample once per epoch (none missing, none repeated).
 
-  SPEC := LO:HI[%FRACTION][@START][xSPEED] | dataset:REGISTERED_NAME[@START][xSPEED]
+  SPEC := LO:HI[%FRACTION][@START][xSPEED][/EPOCHS]
+        | dataset:REGISTERED_NAME[@START][xSPEED][/EPOCHS]
     LO:HI       sample ids [LO, HI)
     %FRACTION   keep a seeded random FRACTION in (0, 1] of them
     @START      join at round START (default 0); with a cache, at tick START
     xSPEED      take part in each round with probability SPEED in (0, 1] (default 1);
                 with a cache, consume SPEED samples per tick (default 1)
+    /EPOCHS     this job's epochs, instead of --epochs (a sweep's trial stopped early)
 
 options:
 )";
@@ -76,7 +78,7 @@ Result<std::vector<SimJob>> BuildJobs(const std::vector<std::string>& args, uint
   for (size_t i = 0; i < args.size(); ++i) {
     Result<JobSpec> spec = ParseJobSpec(args[i], max_speed);
     if (!spec.ok()) return spec.status();
-    SimJob job{spec->name, Roaring(), spec->start, spec->speed};
+    SimJob job{spec->name, Roaring(), spec->start, spec->speed, spec->epochs};
     if (spec->dataset.empty()) {
       Result<Roaring> ids = RangeIds(*spec, SplitMix64(seed + 1 + i));
       if (!ids.ok()) return ids.status();

@@ -2,7 +2,8 @@
 """CI check of examples/optuna_sweep.py, tiny (ctest: carpool_optuna_sweep_test). Two runs:
   1. 2 trials in 2 processes, to the end: a best trial, the server's sharing ratio, each
      completed epoch exactly once, no job or reference left, the sweep's datasets removed
-     afterwards, and (--record) each job of the series and the sharing bound;
+     afterwards, and (--record) each job of the series, the sharing bound and its replay in
+     carpool sim;
   2. 2 trials that a threshold pruner stops after their first epoch: each pruned trial's job is
      gone from the server right after its Loader's with-block, and their epochs exactly once;
   3. 1 trial without the Fashion-MNIST files: synthetic IDX data, said so.
@@ -55,6 +56,10 @@ def main():
                         out), "a trial's job found in the --record series")
         bound = re.search(r"sharing bound, 1 s windows: .* at most (\d+\.\d+)", out)
         check(bound and float(bound.group(1)) >= 1.0, "a sharing bound >= 1")
+        replay = re.search(r"replay, carpool's scheduler .* sharing (\d+\.\d+); the best "
+                           r"eviction on the same deliveries \(Belady\) (\d+\.\d+)", out)
+        check(replay and 1.0 <= float(replay.group(1)) <= float(replay.group(2)),
+              "the replay in carpool sim: a sharing >= 1 and at most Belady's on its deliveries")
         check("2 trials in" in out and "2 complete" in out, "both trials complete")
         check(re.search(r"best trial: #\d accuracy 0\.\d+ classes \S+ lr \S+", out),
               "a best trial line")
