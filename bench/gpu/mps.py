@@ -6,6 +6,7 @@ switch"). A daemon already running is used and left running."""
 import os
 import shutil
 import subprocess
+import time
 
 CONTROL = "nvidia-cuda-mps-control"
 
@@ -25,7 +26,10 @@ class Mps:
         self.started = False
 
     def running(self):
-        return os.path.exists(os.path.join(pipe_dir(), "control"))
+        # A daemon that quit may leave its pipe behind: a daemon process must exist too.
+        alive = subprocess.run(["pgrep", "-x", CONTROL], stdout=subprocess.DEVNULL,
+                               check=False).returncode == 0
+        return alive and os.path.exists(os.path.join(pipe_dir(), "control"))
 
     def start(self):
         if self.running():
@@ -41,4 +45,9 @@ class Mps:
             return
         subprocess.run([self.control], input="quit\n", text=True, timeout=60, check=False)
         self.started = False
-        print("MPS: stopped the daemon this run started", flush=True)
+        # quit returns at once; the next run must not find this daemon still going.
+        deadline = time.monotonic() + 30
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        print("MPS: stopped the daemon this run started" +
+              (" (still exiting after 30 s)" if self.running() else ""), flush=True)

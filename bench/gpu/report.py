@@ -64,7 +64,8 @@ def markdown(r):
              f"{r.get('torch')}), {r['cores']} cores, {c['workers']} loader workers, batch "
              f"{c['batch_size']}, {c['epochs']} epoch(s) (at most {c['max_seconds']} s), model "
              f"{c['model']}, slow job: {c['slow_mode']}, run {r.get('run_s', 0):.0f} s" +
-             (", every side under MPS" if c.get("mps") else ""),
+             (", every side under MPS" if c.get("mps") else "") +
+             f", CUDA_DEVICE_MAX_CONNECTIONS={r.get('cuda_connections', 'unset')}",
              "Versions: " + ", ".join(f"{k} {v}" for k, v in r.get("versions", {}).items() if v),
              f"GPU training rate alone: {fmt(r.get('gpu_rate'))} img/s; server prepare rate: "
              f"{fmt(r.get('prepare_rate_images_per_s'))} img/s",

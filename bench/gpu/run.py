@@ -36,6 +36,7 @@ class Bench:
         self.gpu = gpu_index(args.device)
         self.sampler = GpuUtilSampler(self.gpu)
         self.report = {"config": {k: v for k, v in vars(args).items()}, "cores": self.cores,
+                       "cuda_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "unset"),
                        "scenarios": {}}
         self.datasets = {}  # key -> (carpool name, ImageFolder indices or None, size)
         self.errors = self.report["errors"] = []

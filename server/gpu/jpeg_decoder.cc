@@ -225,7 +225,7 @@ Status Upload(std::span<const std::span<const uint8_t>> encoded, DeviceBuffer* d
   const UploadPlan plan = PlanUploadRuns(encoded);
   if (device->bytes() < plan.bytes) {
     const uint64_t bytes = std::max<uint64_t>(plan.bytes, 2 * device->bytes()) + (1 << 20);
-    device->Reset();  // cudaFree waits for the earlier decode that read it
+    *device = DeviceBuffer{};  // cudaFree waits for the earlier decode that read it; size 0
     Result<DeviceBuffer> grown = DeviceBuffer::Allocate(bytes);
     if (!grown.ok()) return grown.status();
     *device = std::move(*grown);

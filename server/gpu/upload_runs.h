@@ -41,6 +41,9 @@ inline UploadPlan PlanUploadRuns(std::span<const std::span<const uint8_t>> range
   plan.at.resize(n);
   std::vector<size_t> run_of(n);
   for (size_t i : order) {
+    // An empty range owns no byte, not even at its address: it may neither start a run nor
+    // bridge two (its offset is 0; nothing is read through it).
+    if (ranges[i].empty()) continue;
     if (plan.runs.empty() || begin(i) > plan.runs.back().end + kUploadMaxGap) {
       plan.runs.push_back({begin(i), end(i), plan.bytes});
     } else {
@@ -51,6 +54,7 @@ inline UploadPlan PlanUploadRuns(std::span<const std::span<const uint8_t>> range
     run_of[i] = plan.runs.size() - 1;
   }
   for (size_t i = 0; i < n; ++i) {
+    if (ranges[i].empty()) continue;  // at[i] stays 0
     const UploadRun& r = plan.runs[run_of[i]];
     plan.at[i] = r.offset + (begin(i) - r.begin);
   }

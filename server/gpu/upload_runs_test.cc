@@ -1,6 +1,8 @@
 #include "server/gpu/upload_runs.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <vector>
@@ -74,13 +76,35 @@ TEST(UploadRunsTest, RepeatedAndOverlappingRangesShareTheirBytes) {
   ExpectEachRangeReadsBack(ranges, plan);
 }
 
-TEST(UploadRunsTest, RangesOfSeparateAllocationsReadBack) {
-  const std::vector<uint8_t> a = Pattern(3000), b = Pattern(5000);
-  const std::vector<std::span<const uint8_t>> ranges = {{b.data() + 10, 4000}, {a.data(), 3000}};
+// Three pages with the middle one unmapped (PROT_NONE): a plan that copied a byte of it would
+// fault. Ranges a page or more apart stay apart, and an empty range (no byte is its own, not
+// even at its address) neither bridges two ranges nor makes a run.
+TEST(UploadRunsTest, NoRunReadsAPageNoRangeTouches) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* mapped =
+      mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  auto* m = static_cast<uint8_t*>(mapped);
+  for (size_t i = 0; i < 3 * page; ++i) m[i] = static_cast<uint8_t>(i * 7 + 1);
+  ASSERT_EQ(mprotect(m + page, page, PROT_NONE), 0);
+  const std::vector<std::span<const uint8_t>> ranges = {
+      {m + page - 96, 96},       // the last bytes before the hole
+      {m + page + page / 2, 0},  // empty, inside the hole
+      {m + 2 * page, 100},       // the first bytes after it
+      {m + 2 * page + 200, 0}};  // empty, next to a range
   const UploadPlan plan = PlanUploadRuns(ranges);
-  EXPECT_GE(plan.runs.size(), 1u);
-  ExpectEachRangeReadsBack(ranges, plan);
+  ASSERT_EQ(plan.runs.size(), 2u) << "a page apart, and the empty range bridges nothing";
+  EXPECT_EQ(plan.bytes, 196u);
+  EXPECT_EQ(plan.at[1], 0u);
+  EXPECT_EQ(plan.at[3], 0u);
+  ExpectEachRangeReadsBack(ranges, plan);  // faults if a run reaches into the hole
+  const std::vector<std::span<const uint8_t>> empty_only = {{m + 10, 0}};
+  const UploadPlan none = PlanUploadRuns(empty_only);
+  EXPECT_TRUE(none.runs.empty());
+  EXPECT_EQ(none.bytes, 0u);
+  EXPECT_EQ(none.at[0], 0u);
   EXPECT_TRUE(PlanUploadRuns({}).runs.empty());
+  ASSERT_EQ(munmap(mapped, 3 * page), 0);
 }
 
 }  // namespace
