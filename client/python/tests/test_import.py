@@ -61,3 +61,42 @@ class ImportWithoutNumpyTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def run_clean(code, env_extra=None):
+    """`code` in a child interpreter with CUDA_DEVICE_MAX_CONNECTIONS unset unless given."""
+    import os
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-c", f"import sys\nsys.path.insert(0, {str(PACKAGE)!r})\n"
+                           + code], capture_output=True, text=True, timeout=60, env=env)
+
+
+# A GPU job's decode beside its training needs CUDA's 32 hardware queues, set before the
+# process's CUDA context exists (docs/gpu.md, item 12 of "Decoding in the jobs' processes").
+class CudaConnectionsTest(unittest.TestCase):
+    def test_import_sets_32_when_unset(self):
+        r = run_clean("import carpool, os\nprint(os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'))")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["32"])
+        self.assertNotIn("Warning", r.stderr)
+
+    def test_a_value_the_user_set_wins(self):
+        r = run_clean("import carpool, os\nprint(os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'))",
+                      {"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["1"])
+
+    def test_cuda_already_up_warns_and_names_the_fix(self):
+        # A stand-in torch whose CUDA is initialized: too late to set it for this process.
+        fake = ("import types\n"
+                "torch = types.ModuleType('torch')\n"
+                "torch.cuda = types.SimpleNamespace(is_initialized=lambda: True)\n"
+                "sys.modules['torch'] = torch\n"
+                "import carpool, os\nprint(os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'))")
+        r = run_clean(fake)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["None"])
+        self.assertIn("RuntimeWarning", r.stderr)
+        self.assertIn("CUDA_DEVICE_MAX_CONNECTIONS=32", r.stderr)
+        self.assertIn("import carpool before touching CUDA", r.stderr)
