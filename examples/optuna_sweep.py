@@ -318,9 +318,11 @@ def replay_sweep(records, jobs, state_dir, batch_size, tick_ms=10):
     same datasets, joins, epochs and cache capacity, each job at its mean pace with no jitter
     and preparations free. What the server would share if every job kept a steady pace; the gap
     to the server's own figure is what the jobs' uneven paces cost. Needs the sweep's datasets
-    (before they are removed) in `state_dir`."""
+    (before they are removed) in `state_dir`. Returns sim's summary, or None (said why)."""
     capacity = max(r["status"]["pacing"]["capacity_samples"] for r in records)
     policy = records[-1]["status"]["policy"]
+    times = [r["elapsed_s"] for r in records]
+    step = float(np.median(np.diff(times))) if len(times) > 1 else 1.0  # the recording interval
     argv = [carpool.binary(), "sim", "--state-dir", str(state_dir), "--cache", str(capacity),
             "--policy", policy, "--batch", str(batch_size), "--json"]
     for r in records:
@@ -328,21 +330,37 @@ def replay_sweep(records, jobs, state_dir, batch_size, tick_ms=10):
             if j["id"] in jobs:
                 jobs[j["id"]]["dataset"] = j["dataset"]
     for jid, job in sorted(jobs.items()):
-        (t0, n0), (t1, n1) = job["series"][0], job["series"][-1]
-        pace = (n1 - n0) / (t1 - t0) if t1 > t0 and n1 > n0 else n1  # samples per second
-        start = max(0.0, t0 - n0 / pace) if pace else t0  # back to its first delivery
-        size = cds.info(job["dataset"], state_dir=state_dir)["samples"]
+        series = job["series"]
+        n1 = series[-1][1]
+        if n1 == 0:
+            continue  # recorded before its first delivery only: nothing to replay
+        t0, n0 = series[0]
+        # Its last delivery: the time the count last grew (a trial evaluating after its last
+        # epoch keeps its job open with nothing delivered).
+        t1 = next(t for t, n in series if n == n1)
+        if t1 <= t0:  # seen delivering in one record only: it ran about one interval
+            t0, n0 = t1 - step, 0
+        pace = (n1 - n0) / (t1 - t0)  # samples per second
+        start = max(0.0, t0 - n0 / pace)  # back to its first delivery
+        try:
+            size = cds.info(job["dataset"], state_dir=state_dir)["samples"]
+        except carpool.CarpoolError as e:  # not in this catalog (another node's, or removed)
+            print(f"replay in carpool sim skipped: {e}")
+            return None
         epochs = max(1, round(n1 / size))  # a stopped trial: one epoch and a prefetch
         argv += ["--job", f"j{jid}=dataset:{job['dataset']}@{int(start * 1000 / tick_ms)}"
-                          f"x{pace * tick_ms / 1000:.4f}/{epochs}"]
+                          f"x{max(pace * tick_ms / 1000, 1e-4):.4f}/{epochs}"]
+    if "--job" not in argv:
+        print("replay in carpool sim skipped: no job delivered in the series")
+        return None
     r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         print(f"replay in carpool sim failed: {r.stderr.strip()}")
         return None
     out = json.loads(r.stdout)
     print(f"replay, carpool's scheduler with these jobs at steady paces (carpool sim, cache "
-          f"{capacity} samples, {policy}): sharing {out['sharing_ratio']:.2f}; the best eviction "
-          f"on the same deliveries (Belady) "
+          f"{capacity} samples, {policy}): sharing {out['sharing_ratio']:.2f} over "
+          f"{out['deliveries']} deliveries; the best eviction on the same deliveries (Belady) "
           f"{out['deliveries'] / max(out['belady_preparations'], 1):.2f}")
     return out
 

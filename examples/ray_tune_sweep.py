@@ -225,12 +225,13 @@ def run_sweep(args):
         space = osw.SUBSET_SPACES[args.subsets]
         for node, path in (files.items() if recorder else ()):
             print(f"node {node[:12]}: status series in {path}")
-            # The replay reads the node's catalog: only where it is on this machine's disk.
-            state_dir = pathlib.Path(nodes[node][1])
+            # The replay reads the node's catalog: only the driver's own node's is on this disk
+            # (every node has the same path, each its own catalog).
+            local = node == ray.get_runtime_context().get_node_id()
             osw.sharing_bound(path, {osw.subset_name(args.prefix, args.base, c): (k, c)
                                      for k, c in space.items()},
-                              replay={"state_dir": state_dir, "batch_size": args.batch_size}
-                              if (state_dir / "catalog.db").exists() else None)
+                              replay={"state_dir": nodes[node][1], "batch_size": args.batch_size}
+                              if local else None)
         for node, s in drained(nodes).items():
             print(f"node {node[:12]}: {s['deliveries']} deliveries, {s['preparations']} "
                   f"preparations, sharing ratio {s['sharing_ratio']:.2f}; after the sweep "

@@ -56,10 +56,17 @@ def main():
                         out), "a trial's job found in the --record series")
         bound = re.search(r"sharing bound, 1 s windows: .* at most (\d+\.\d+)", out)
         check(bound and float(bound.group(1)) >= 1.0, "a sharing bound >= 1")
-        replay = re.search(r"replay, carpool's scheduler .* sharing (\d+\.\d+); the best "
-                           r"eviction on the same deliveries \(Belady\) (\d+\.\d+)", out)
-        check(replay and 1.0 <= float(replay.group(1)) <= float(replay.group(2)),
+        replay = re.search(r"replay, carpool's scheduler .* sharing (\d+\.\d+) over (\d+) "
+                           r"deliveries; the best eviction on the same deliveries \(Belady\) "
+                           r"(\d+\.\d+)", out)
+        served = re.search(r"server: (\d+) deliveries", out)
+        check(replay and served and 1.0 <= float(replay.group(1)) <= float(replay.group(3)),
               "the replay in carpool sim: a sharing >= 1 and at most Belady's on its deliveries")
+        # Every completed epoch of every trial replayed: the server's deliveries less at most a
+        # prefetch (batches taken but not trained on) per trial.
+        check(served and replay and 0 <= int(served.group(1)) - int(replay.group(2)) <= 2 * 1024,
+              f"the replay delivers the trials' epochs: {replay and replay.group(2)} against "
+              f"the server's {served and served.group(1)}")
         check("2 trials in" in out and "2 complete" in out, "both trials complete")
         check(re.search(r"best trial: #\d accuracy 0\.\d+ classes \S+ lr \S+", out),
               "a best trial line")
