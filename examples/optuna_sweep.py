@@ -286,7 +286,8 @@ def sharing_bound(record, subsets, windows=(1, 5), replay=None):
         for j in r["status"]["jobs"]:
             if j["dataset"] in subsets:
                 job = jobs.setdefault(j["id"], {"subset": subsets[j["dataset"]][0],
-                                                "classes": subsets[j["dataset"]][1], "series": []})
+                                                "classes": subsets[j["dataset"]][1],
+                                                "dataset": j["dataset"], "series": []})
                 job["series"].append((r["elapsed_s"], j["deliveries"]))
     for jid, job in sorted(jobs.items()):
         (t0, _), (t1, n) = job["series"][0], job["series"][-1]
@@ -325,10 +326,6 @@ def replay_sweep(records, jobs, state_dir, batch_size, tick_ms=10):
     step = float(np.median(np.diff(times))) if len(times) > 1 else 1.0  # the recording interval
     argv = [carpool.binary(), "sim", "--state-dir", str(state_dir), "--cache", str(capacity),
             "--policy", policy, "--batch", str(batch_size), "--json"]
-    for r in records:
-        for j in r["status"]["jobs"]:
-            if j["id"] in jobs:
-                jobs[j["id"]]["dataset"] = j["dataset"]
     for jid, job in sorted(jobs.items()):
         series = job["series"]
         n1 = series[-1][1]

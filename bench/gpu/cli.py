@@ -142,7 +142,8 @@ def main():
     # carpool's client sets CUDA's hardware queues to 32 in a job's process (carpool/__init__.py);
     # every side and the training rate alone run with the same, so the comparison is of loaders.
     # A value in the environment wins, for every side alike.
-    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+    from carpool import CUDA_CONNECTIONS  # the client's value, not a copy of it
+    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", CUDA_CONNECTIONS)
     Bench(finish_args(parser("python -m bench.gpu").parse_args())).run()
 
 

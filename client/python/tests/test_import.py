@@ -1,6 +1,7 @@
 """The `carpool` command and carpool.datasets need no numpy (a GPU node's torch environment may have
 none); the Loader imports it on first use and says so when it is missing."""
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -65,7 +66,6 @@ if __name__ == "__main__":
 
 def run_clean(code, env_extra=None):
     """`code` in a child interpreter with CUDA_DEVICE_MAX_CONNECTIONS unset unless given."""
-    import os
     env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-c", f"import sys\nsys.path.insert(0, {str(PACKAGE)!r})\n"
