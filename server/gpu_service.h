@@ -97,7 +97,8 @@ struct GpuCounters {
   // nvJPEG's header parse, its decode call, the resize launch, CPU decode of what nvJPEG refused,
   // the stream between decode batches, and the final wait for the batch's GPU work; with decode
   // in the jobs' processes, copying the JPEGs into the job's segment, waiting for its answer,
-  // and enqueueing the copies out of its buffer and the assembly.
+  // and pointing the build at its buffer (job_copy_out: the assembly reads it in place and fills
+  // the resident blocks, since session 38) and the assembly.
   struct BuildPhases {
     double lock = 0, inspect = 0, nvjpeg = 0, resize = 0, cpu_decode = 0, decode_wait = 0,
            sync = 0, job_copy = 0, job_wait = 0, job_copy_out = 0, assemble = 0;

@@ -88,12 +88,29 @@ __device__ void DispatchLayout(const uint8_t* src, const KernelImage& im, const 
   }
 }
 
+// The image's blocks copy its whole sample to im.keep between them, 16 bytes a thread a step
+// where both ends allow it.
+__device__ void KeepSample(const KernelImage& im) {
+  const size_t first = static_cast<size_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  const size_t stride = static_cast<size_t>(gridDim.y) * blockDim.x;
+  size_t done = 0;
+  if ((reinterpret_cast<uintptr_t>(im.src) | reinterpret_cast<uintptr_t>(im.keep)) % 16 == 0) {
+    const auto* from = reinterpret_cast<const uint4*>(im.src);
+    auto* to = reinterpret_cast<uint4*>(im.keep);
+    const size_t words = im.keep_bytes / 16;
+    for (size_t i = first; i < words; i += stride) to[i] = from[i];
+    done = words * 16;
+  }
+  for (size_t i = done + first; i < im.keep_bytes; i += stride) im.keep[i] = im.src[i];
+}
+
 __global__ void __launch_bounds__(kKernelThreads)
     AssembleKernel(const KernelJob* jobs, const KernelImage* images) {
   __shared__ float lut[kKernelMaxChannels * 256];
   const KernelImage im = images[blockIdx.x];
   const KernelJob job = jobs[im.job];
   const uint8_t* src = im.src;
+  if (im.keep != nullptr) KeepSample(im);
   if (job.dtype == kUint8) {  // uniform per block: the barrier below is not divergent
     DispatchLayout<uint8_t>(src, im, job, lut);
     return;

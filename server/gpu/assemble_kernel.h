@@ -1,6 +1,7 @@
 // The device side of GpuAssembler: plain descriptors shared by the host code (g++) and the kernel
 // (nvcc), and the launch. One block row per output image; every block of an image builds its
-// job's value table in shared memory, then gathers, crops, flips and converts its pixels.
+// job's value table in shared memory, then gathers, crops, flips and converts its pixels, and
+// copies its share of the sample to `keep` where one is given.
 #ifndef CARPOOL_SERVER_GPU_ASSEMBLE_KERNEL_H_
 #define CARPOOL_SERVER_GPU_ASSEMBLE_KERNEL_H_
 
@@ -36,6 +37,10 @@ struct KernelImage {
   int32_t flip;
   int32_t job;  // index into the job table
   int32_t reserved;
+  // Null, or where the image's whole prepared sample (keep_bytes of src) is also written: a
+  // resident block filled by the kernel that reads it, with no copy of its own.
+  uint8_t* keep;
+  uint64_t keep_bytes;
 };
 
 // Enqueues the kernel on `stream` over images[0, num_images) with blocks_per_image blocks each.

@@ -76,7 +76,8 @@ struct GpuAssembler::Plan {
   int blocks_per_image = 1;
 
   Status Add(int job, const JobBatchRequest& req, std::span<const uint8_t* const> device_sources,
-             int device, std::unordered_map<const uint8_t*, size_t>& unique);
+             std::span<uint8_t* const> device_keeps, int device,
+             std::unordered_map<const uint8_t*, size_t>& unique);
   void Finish();
 };
 
@@ -111,7 +112,8 @@ void GpuAssembler::Plan::Finish() {
 }
 
 Status GpuAssembler::Plan::Add(int job, const JobBatchRequest& req,
-                               std::span<const uint8_t* const> device_sources, int device,
+                               std::span<const uint8_t* const> device_sources,
+                               std::span<uint8_t* const> device_keeps, int device,
                                std::unordered_map<const uint8_t*, size_t>& unique) {
   if (req.seeds.size() != req.samples.size()) {
     return Status::InvalidArgument(fmt::format("job {}: batch has {} samples but {} seeds", job,
@@ -152,6 +154,10 @@ Status GpuAssembler::Plan::Add(int job, const JobBatchRequest& req,
     return Status::InvalidArgument(fmt::format("job {}: {} device sources for {} samples", job,
                                                device_sources.size(), req.samples.size()));
   }
+  if (!device_keeps.empty() && device_keeps.size() != req.samples.size()) {
+    return Status::InvalidArgument(fmt::format("job {}: {} device keeps for {} samples", job,
+                                               device_keeps.size(), req.samples.size()));
+  }
   auto* dst = static_cast<std::byte*>(req.device_dst);
   for (size_t i = 0; i < req.samples.size(); ++i) {
     const PreparedView& view = req.samples[i];
@@ -163,9 +169,20 @@ Status GpuAssembler::Plan::Add(int job, const JobBatchRequest& req,
                       .x = w.x,
                       .flip = w.flip ? 1 : 0,
                       .job = job,
-                      .reserved = 0};
+                      .reserved = 0,
+                      .keep = nullptr,
+                      .keep_bytes = 0};
+    uint8_t* keep = device_keeps.empty() ? nullptr : device_keeps[i];
+    if (keep != nullptr && (device_sources.empty() || device_sources[i] == nullptr)) {
+      return Status::InvalidArgument(fmt::format(
+          "job {} sample {}: a device keep {} without a device source; a sample is kept only "
+          "from device memory",
+          job, i, static_cast<const void*>(keep)));
+    }
     if (!device_sources.empty() && device_sources[i] != nullptr) {
       image.src = device_sources[i];
+      image.keep = keep;
+      image.keep_bytes = keep == nullptr ? 0 : view.shape.bytes();
       images.push_back(image);
       image_upload.push_back(kNoUpload);
       continue;
@@ -293,7 +310,8 @@ Status GpuAssembler::Enqueue(const Plan& plan, cudaStream_t stream) {
 
 Result<AssembleStats> GpuAssembler::AssembleBatches(
     std::span<const JobBatchRequest> jobs, cudaStream_t stream,
-    std::span<const std::span<const uint8_t* const>> device_sources) {
+    std::span<const std::span<const uint8_t* const>> device_sources,
+    std::span<const std::span<uint8_t* const>> device_keeps) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
     return Status::InvalidArgument(
         "AssembleBatches needs a created stream, not the default stream; use CudaStream::Create");
@@ -313,7 +331,10 @@ Result<AssembleStats> GpuAssembler::AssembleBatches(
   for (size_t j = 0; j < jobs.size(); ++j) {
     const std::span<const uint8_t* const> sources =
         j < device_sources.size() ? device_sources[j] : std::span<const uint8_t* const>();
-    if (Status s = plan.Add(static_cast<int>(j), jobs[j], sources, device_, unique); !s.ok()) {
+    const std::span<uint8_t* const> keeps =
+        j < device_keeps.size() ? device_keeps[j] : std::span<uint8_t* const>();
+    if (Status s = plan.Add(static_cast<int>(j), jobs[j], sources, keeps, device_, unique);
+        !s.ok()) {
       return s;
     }
   }

@@ -60,11 +60,16 @@ class GpuAssembler {
   // pinned memory are copied by DMA, asynchronously; pageable ones through CUDA's bounce buffer.
   // Calls on different streams are ordered against each other through the staging area.
   // device_sources: empty, or one span per job that is empty or holds one entry per sample; a
-  // non-null entry is that sample's bytes already on this device (a resident area), read in
-  // place and not uploaded.
+  // non-null entry is that sample's bytes already on this device (a resident area, or a job's
+  // decode buffer), read in place and not uploaded.
+  // device_keeps: empty, or shaped as device_sources; a non-null entry (only beside a device
+  // source) is device memory of this device that the kernel also fills with that whole sample
+  // (the shape's bytes()), as it reads it: a resident block filled without a copy of its own.
+  // Where two images keep one sample, give it to one of them.
   Result<AssembleStats> AssembleBatches(
       std::span<const JobBatchRequest> jobs, cudaStream_t stream,
-      std::span<const std::span<const uint8_t* const>> device_sources = {});
+      std::span<const std::span<const uint8_t* const>> device_sources = {},
+      std::span<const std::span<uint8_t* const>> device_keeps = {});
 
   int device() const { return device_; }
   // Samples copied host to device over the assembler's life.

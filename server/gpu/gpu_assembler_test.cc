@@ -300,6 +300,91 @@ TEST_F(GpuAssemblerTest, CallsOnTwoStreamsDoNotOverwriteEachOthersStaging) {
   ExpectMatchesCpu(b, "second stream");
 }
 
+// The server's path for a job's decoded pixels: the kernel reads them in place (a device source)
+// and fills their resident blocks (keeps) as it reads. The batch is the CPU's, byte for byte, and
+// each block the sample's bytes, for aligned blocks (16-byte words) and misaligned ones (bytes).
+TEST_F(GpuAssemblerTest, KeptSamplesFillTheirBlocksAsTheKernelReadsThem) {
+  std::mt19937_64 rng(13);
+  // 30x28x3 = 2,520 bytes: not a multiple of 16, so the aligned blocks copy a byte tail too.
+  const PreparedShape shape{30, 28, 3};
+  const size_t bytes = shape.bytes();
+  SamplePool pool = MakePool(std::vector<PreparedShape>(6, shape), HostMemory::kPinned, rng);
+  Result<DeviceBuffer> on_device = DeviceBuffer::Allocate(6 * 4096);
+  Result<DeviceBuffer> blocks = DeviceBuffer::Allocate(6 * 4096 + 64);
+  ASSERT_TRUE(on_device.ok() && blocks.ok());
+  auto* src_base = static_cast<uint8_t*>(on_device->data());
+  auto* block_base = static_cast<uint8_t*>(blocks->data());
+  ASSERT_EQ(cudaMemsetAsync(block_base, 0x77, blocks->bytes(), stream_.get()), cudaSuccess);
+  for (size_t i = 0; i < 6; ++i) {
+    ASSERT_EQ(cudaMemcpyAsync(src_base + i * 4096, pool.views[i].data, bytes,
+                              cudaMemcpyHostToDevice, stream_.get()),
+              cudaSuccess);
+  }
+  Result<TransformSpec> spec = ParseTransformSpec("random_crop(24)|flip|float32|nchw");
+  ASSERT_TRUE(spec.ok());
+  // Samples 0-4 read from the device, 5 uploaded from the host; 0 and 3 twice, kept once.
+  const std::vector<int> order = {0, 1, 2, 3, 4, 5, 0, 3};
+  std::vector<TestJob> jobs(1);
+  jobs[0].spec = *spec;
+  std::vector<const uint8_t*> sources;
+  std::vector<uint8_t*> keeps;
+  std::vector<uint8_t*> kept(6, nullptr);
+  for (size_t k = 0; k < order.size(); ++k) {
+    const int i = order[k];
+    jobs[0].samples.push_back(pool.views[i]);
+    jobs[0].seeds.push_back(rng());
+    const bool device = i != 5;
+    sources.push_back(device ? src_base + i * 4096 : nullptr);
+    const bool first = std::find(order.begin(), order.begin() + k, i) == order.begin() + k;
+    // Odd samples go to blocks one byte off a 16-byte boundary: the byte path.
+    uint8_t* block = block_base + i * 4096 + (i % 2 == 1 ? 1 : 0);
+    keeps.push_back(device && first ? block : nullptr);
+    if (device && first) kept[i] = block;
+  }
+  AllocateOutputs(jobs, 0x3C);
+  const std::vector<JobBatchRequest> reqs = Requests(jobs);
+  const std::span<const uint8_t* const> job_sources(sources);
+  const std::span<uint8_t* const> job_keeps(keeps);
+  Result<AssembleStats> stats =
+      assembler_->AssembleBatches(reqs, stream_.get(), {&job_sources, 1}, {&job_keeps, 1});
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->uploads, 1u);  // only sample 5
+  ExpectMatchesCpu(jobs, "kept");
+  std::vector<uint8_t> all(blocks->bytes());
+  ASSERT_EQ(cudaMemcpy(all.data(), block_base, all.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < 6; ++i) {
+    if (kept[i] == nullptr) continue;
+    const size_t at = static_cast<size_t>(kept[i] - block_base);
+    EXPECT_TRUE(std::equal(pool.views[i].data, pool.views[i].data + bytes, all.begin() + at))
+        << "block of sample " << i;
+    EXPECT_EQ(all[at + bytes], 0x77) << "sample " << i << ": written past its bytes";
+    if (at > 0) {
+      EXPECT_EQ(all[at - 1], 0x77) << "sample " << i << ": written before its block";
+    }
+  }
+  EXPECT_EQ(all[5 * 4096], 0x77);  // the uploaded sample keeps nothing
+
+  // A keep needs a device source; nothing is enqueued otherwise.
+  std::vector<uint8_t*> stray(order.size(), nullptr);
+  stray[5] = block_base;
+  const std::span<uint8_t* const> stray_keeps(stray);
+  const size_t before = assembler_->total_uploads();
+  Result<AssembleStats> bad =
+      assembler_->AssembleBatches(reqs, stream_.get(), {&job_sources, 1}, {&stray_keeps, 1});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("without a device source"), std::string::npos)
+      << bad.status().message();
+  EXPECT_EQ(assembler_->total_uploads(), before);
+  const std::vector<uint8_t*> short_keeps(3, nullptr);
+  const std::span<uint8_t* const> few(short_keeps);
+  Result<AssembleStats> count =
+      assembler_->AssembleBatches(reqs, stream_.get(), {&job_sources, 1}, {&few, 1});
+  ASSERT_FALSE(count.ok());
+  EXPECT_NE(count.status().message().find("3 device keeps for 8 samples"), std::string::npos)
+      << count.status().message();
+}
+
 TEST_F(GpuAssemblerTest, RejectsBadRequestsBeforeAnyWork) {
   std::mt19937_64 rng(3);
   SamplePool pool = MakePool({{20, 20, 3}, {20, 24, 3}, {20, 20, 1}}, HostMemory::kPageable, rng);

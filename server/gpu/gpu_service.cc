@@ -38,9 +38,9 @@ Status OnDevice(int device) {
   return gpu::CudaCheck(cudaSetDevice(device), fmt::format("cudaSetDevice({})", device));
 }
 
-// Copies of many samples to the device (from the host, or a job's decode buffer), in stream order. One cudaMemcpyBatchAsync pays the
-// per-copy submission cost once (256 separate 196 KiB cudaMemcpyAsync reached 60% of one large
-// copy's bandwidth on an H200); a runtime without it gets one cudaMemcpyAsync per sample.
+// Copies of many samples from the host to the device, in stream order. One cudaMemcpyBatchAsync
+// pays the per-copy submission cost once (256 separate 196 KiB cudaMemcpyAsync reached 60% of one
+// large copy's bandwidth on an H200); a runtime without it gets one cudaMemcpyAsync per sample.
 Status CopyToDevice(const std::vector<void*>& dst, const std::vector<const void*>& src,
                     const std::vector<size_t>& bytes, cudaStream_t stream) {
   if (dst.empty()) return Status::OK();
@@ -135,10 +135,11 @@ class CudaGpuService : public GpuService {
   // Decodes the encoded samples of a build into their blocks (GPU decode).
   Status DecodeLocked(const DeviceBatchRequest& request,
                       std::span<const gpu::DecodeTarget> targets) REQUIRES(mu_);
-  // Copies what the job's process decoded into place on the stream; returns the targets left
-  // for the server (all of them when the job failed).
-  std::vector<gpu::DecodeTarget> CopyOutJobWorkLocked(const DeviceBatchRequest& request,
-                                                      BuildPlan& plan) REQUIRES(mu_);
+  // Points the build's sources at what the job's process decoded (its buffer, mapped here) and
+  // marks the resident blocks the assembly fills from them; returns the targets left for the
+  // server (all of them when the job failed).
+  std::vector<gpu::DecodeTarget> UseJobWorkLocked(const DeviceBatchRequest& request,
+                                                  BuildPlan& plan) REQUIRES(mu_);
   // The job's decode buffer mapped into this process (opened once per handle), or an error.
   // `needed` bytes of it must be mapped (Corruption otherwise).
   Result<uint8_t*> MapJobBuffer(const JobDecoder* decoder, const std::string& handle,
@@ -340,6 +341,7 @@ struct CudaGpuService::BuildPlan {
   uint64_t erasures = 0;
   uint64_t erasures_at_plan = 0;        // the same, kept through a rebuild (plan_marks_)
   std::vector<const uint8_t*> sources;  // null: staging, or a scratch decode (resolved in phase 3)
+  std::vector<uint8_t*> keeps;  // per sample: the block the assembly fills as it reads, or null
   std::vector<PreparedView> views;
   std::unordered_map<uint32_t, const uint8_t*> placed;  // blocks this build fills
   uint64_t uploads = 0, upload_bytes = 0, hits = 0;
@@ -463,6 +465,7 @@ void CudaGpuService::PlanLocked(const DeviceBatchRequest& request, bool use_area
   // upload however many jobs use them while they stay), or left to the assembler's staging when
   // the area has no room. Blocks that builds in flight read or fill are never evicted.
   plan.sources.assign(n, nullptr);
+  plan.keeps.assign(n, nullptr);
   plan.views.assign(request.samples.begin(), request.samples.end());
   // in_flight_ holds this request's ids too (Build counted them before planning).
   std::unordered_set<uint32_t> in_use;
@@ -560,8 +563,8 @@ void CudaGpuService::SendJobWorkLocked(const DeviceBatchRequest& request, BuildP
   plan.job_first = !buffer.answered;
 }
 
-std::vector<gpu::DecodeTarget> CudaGpuService::CopyOutJobWorkLocked(
-    const DeviceBatchRequest& request, BuildPlan& plan) {
+std::vector<gpu::DecodeTarget> CudaGpuService::UseJobWorkLocked(const DeviceBatchRequest& request,
+                                                                BuildPlan& plan) {
   const std::span<const gpu::DecodeTarget> targets = plan.decodes;
   std::vector<gpu::DecodeTarget> all_targets(targets.begin(), targets.end());
   auto all = [&](const Status& why) {
@@ -590,22 +593,30 @@ std::vector<gpu::DecodeTarget> CudaGpuService::CopyOutJobWorkLocked(
   buffer.answered = true;
   std::vector<bool> failed(targets.size(), false);
   for (uint32_t i : done->failed) failed[i] = true;  // each < targets.size(): Await checked
-  std::vector<void*> dst;
-  std::vector<const void*> src;
-  std::vector<size_t> bytes;
+  // The assembly reads the job's pixels where they are and fills the resident blocks as it
+  // reads them: a copy of their own, in this process's context, cost n1 about 4% of the GPU
+  // (time slicing beside the training; docs/gpu.md item 13).
+  std::unordered_map<const uint8_t*, const uint8_t*> decoded;  // target's dst -> job's pixels
   std::vector<gpu::DecodeTarget> left;
   for (size_t i = 0; i < targets.size(); ++i) {
     if (failed[i]) {
       left.push_back(targets[i]);
       continue;
     }
-    dst.push_back(targets[i].dst);
-    src.push_back(*base + done->buffer_offset + plan.job_items[i].dst_offset);
-    bytes.push_back(targets[i].shape.bytes());
+    decoded[targets[i].dst] = *base + done->buffer_offset + plan.job_items[i].dst_offset;
   }
-  if (Status s = CopyToDevice(dst, src, bytes, stream_.get()); !s.ok()) return all(s);
+  std::unordered_set<const uint8_t*> blocks;
+  for (const auto& [id, block] : plan.placed) blocks.insert(block);
+  for (size_t i = 0; i < plan.sources.size(); ++i) {
+    auto it = decoded.find(plan.sources[i]);
+    if (it == decoded.end()) continue;
+    const uint8_t* target = plan.sources[i];
+    plan.sources[i] = it->second;
+    // A resident block is filled once (a sample twice in a batch), a scratch one not at all.
+    if (blocks.erase(target) != 0) plan.keeps[i] = const_cast<uint8_t*>(target);
+  }
   job_copy_out_ns_ += NanosSince(copy_out_start);
-  job_decodes_ += dst.size();
+  job_decodes_ += decoded.size();
   if (first) {
     log::Info(
         "GPU {}: a job's process decodes its JPEGs; its first {} took {:.0f} ms, its CUDA "
@@ -628,8 +639,8 @@ Status CudaGpuService::FinishLocked(const DeviceBatchRequest& request, const Cud
     forget_placed();
     return s;
   }
-  // Copies out of a job's decode buffer may be in flight: every way out of this build waits for
-  // them, so that the job's work after next (the same lane) cannot overwrite what they read.
+  // The assembly may be reading the job's decode buffer: every way out of this build waits for
+  // it, so that the job's work after next (the same lane) cannot overwrite what it reads.
   struct SyncOnExit {
     gpu::CudaStream& stream;
     bool armed = false;
@@ -689,7 +700,7 @@ Status CudaGpuService::FinishLocked(const DeviceBatchRequest& request, const Cud
     std::span<const gpu::DecodeTarget> server_decodes = plan.decodes;
     if (plan.job_answer) {
       job_copies.armed = true;
-      left = CopyOutJobWorkLocked(request, plan);
+      left = UseJobWorkLocked(request, plan);
       server_decodes = left;
     }
     if (!server_decodes.empty()) {
@@ -703,11 +714,15 @@ Status CudaGpuService::FinishLocked(const DeviceBatchRequest& request, const Cud
   const gpu::JobBatchRequest job{*request.spec, plan.views, request.seeds, base,
                                  slots.labels_offset()};
   const std::span<const uint8_t* const> job_sources(plan.sources);
+  const std::span<uint8_t* const> job_keeps(plan.keeps);
   const auto assemble_start = std::chrono::steady_clock::now();
   Result<gpu::AssembleStats> stats =
-      assembler_->AssembleBatches({&job, 1}, stream, {&job_sources, 1});
+      assembler_->AssembleBatches({&job, 1}, stream, {&job_sources, 1}, {&job_keeps, 1});
   assemble_kernel_ns_ += NanosSince(assemble_start);
-  if (!stats.ok()) return stats.status();
+  if (!stats.ok()) {
+    forget_placed();  // the blocks it keeps are filled by the assembly only
+    return stats.status();
+  }
   // Labels as int64 after the images, from a pinned buffer (reused: the stream is synchronized
   // before the next call writes it).
   const size_t label_bytes = n * sizeof(int64_t);
@@ -724,12 +739,16 @@ Status CudaGpuService::FinishLocked(const DeviceBatchRequest& request, const Cud
                                                   label_bytes, cudaMemcpyHostToDevice, stream),
                                   "cudaMemcpyAsync(labels)");
         !s.ok()) {
+      forget_placed();
       return s;
     }
   }
   // The job is told only after this: it never sees a batch before its kernel has finished.
   const auto sync_start = std::chrono::steady_clock::now();
-  if (Status s = stream_.Synchronize(); !s.ok()) return s;
+  if (Status s = stream_.Synchronize(); !s.ok()) {
+    forget_placed();
+    return s;
+  }
   sync_ns_ += NanosSince(sync_start);
   batches_ += 1;
   images_ += n;

@@ -444,6 +444,9 @@ class JobDecodeTest(unittest.TestCase):
             self.assertTrue(torch.equal(got[k], want[k]), f"sample {k} differs")
         on = self.on.stats()["gpus"][0]
         self.assertGreater(on["overlapped_builds"], 0, on)
+        # The second epoch reads blocks the first one's assembly filled from the job's buffer
+        # (keeps): their pixels are among those compared above.
+        self.assertGreaterEqual(on["resident_hits"], COUNT // 2, on)
         self.assertGreaterEqual(on["job_decodes"], COUNT)
         self.assertEqual(on["job_decode_failures"], 0)
 
