@@ -12,8 +12,15 @@
 #include "server/engine.h"
 #include "server/engine_job.h"
 #include "server/gpu_service.h"
+#include "server/job_decode.h"
 
 namespace carpool {
+
+// A job's third build sends its JPEGs into the lane of its first, which the first build's
+// assembly may still be reading: the engine starts it only after the first's Build returned,
+// which waits for that GPU work (GpuService::Build). Hence no more builds than lanes.
+static_assert(EngineJob::kMaxBuilds <= JobDecoder::kLanes,
+              "a job's builds in flight must not outnumber its decode lanes");
 
 Engine::WorkerLock::WorkerLock(Engine& engine) : engine_(engine) {
   const auto begin = std::chrono::steady_clock::now();
@@ -386,7 +393,7 @@ void Engine::Assemble(BatchTask task) {
     job.skipped += skipped;
     skipped_ += skipped;
     if (!out.released) job.assembling = false;
-    --job.builds;
+    --job.builds;  // only now, after the build's GPU work finished (static_assert below)
     ++job.builds_delivered;
     fair_clock_ = std::max(fair_clock_, task.fair_tag);
     woken_ = true;

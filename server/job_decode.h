@@ -3,7 +3,7 @@
 // the GPU time-slices between the two processes' contexts (docs/gpu.md, "Decoding in the jobs'
 // processes"). So a GPU job's client may decode its builds' JPEGs itself: the server puts their
 // bytes in a segment the client maps, the client decodes them into a device buffer it exports, and
-// the server copies them into its resident area and assembles as before.
+// the server assembles from that buffer, the same kernel filling its resident area.
 //
 // The session implements it (it owns the socket); GpuService calls it. No CUDA type here.
 #ifndef CARPOOL_SERVER_JOB_DECODE_H_
@@ -48,7 +48,7 @@ struct JobDecodeTicket {
 class JobDecoder {
  public:
   // Works a job may have outstanding: each has a lane of the decode segment and of the job's
-  // buffer, so the next build's JPEGs are decoded while the previous build copies its pixels out.
+  // buffer, so the next build's JPEGs are decoded while the previous build reads its pixels.
   static constexpr uint32_t kLanes = 2;
 
   virtual ~JobDecoder() = default;

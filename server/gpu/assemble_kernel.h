@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace carpool::gpu {
@@ -42,6 +43,9 @@ struct KernelImage {
   uint8_t* keep;
   uint64_t keep_bytes;
 };
+// g++ writes the table, nvcc reads it: one layout on both.
+static_assert(sizeof(KernelImage) == 56 && offsetof(KernelImage, keep) == 40,
+              "KernelImage's layout is shared by host and device code");
 
 // Enqueues the kernel on `stream` over images[0, num_images) with blocks_per_image blocks each.
 // jobs and images (and every image's src) are device pointers. Returns the launch error, if any (cudaGetLastError).

@@ -149,6 +149,15 @@ Status GpuAssembler::Plan::Add(int job, const JobBatchRequest& req,
   const int wanted = (pixels + kKernelThreads * kPixelsPerThread - 1) /
                      (kKernelThreads * kPixelsPerThread);
   blocks_per_image = std::max(blocks_per_image, std::min(wanted, kMaxBlocksPerImage));
+  // A kept sample is copied whole by its image's blocks: 16 bytes a thread a step.
+  for (size_t i = 0; i < device_keeps.size(); ++i) {
+    if (device_keeps[i] == nullptr) continue;
+    const size_t words = (req.samples[i].shape.bytes() + 15) / 16;
+    const size_t keep_wanted = (words + size_t{kKernelThreads} * kPixelsPerThread - 1) /
+                               (kKernelThreads * kPixelsPerThread);
+    blocks_per_image = static_cast<int>(
+        std::max<size_t>(blocks_per_image, std::min<size_t>(keep_wanted, kMaxBlocksPerImage)));
+  }
 
   if (!device_sources.empty() && device_sources.size() != req.samples.size()) {
     return Status::InvalidArgument(fmt::format("job {}: {} device sources for {} samples", job,

@@ -65,7 +65,8 @@ class GpuAssembler {
   // device_keeps: empty, or shaped as device_sources; a non-null entry (only beside a device
   // source) is device memory of this device that the kernel also fills with that whole sample
   // (the shape's bytes()), as it reads it: a resident block filled without a copy of its own.
-  // Where two images keep one sample, give it to one of them.
+  // Where two images keep one sample, give it to one of them. A keep must not overlap any
+  // source the call reads (the kernel reads and writes them at once); not checked.
   Result<AssembleStats> AssembleBatches(
       std::span<const JobBatchRequest> jobs, cudaStream_t stream,
       std::span<const std::span<const uint8_t* const>> device_sources = {},

@@ -305,22 +305,26 @@ TEST_F(GpuAssemblerTest, CallsOnTwoStreamsDoNotOverwriteEachOthersStaging) {
 // each block the sample's bytes, for aligned blocks (16-byte words) and misaligned ones (bytes).
 TEST_F(GpuAssemblerTest, KeptSamplesFillTheirBlocksAsTheKernelReadsThem) {
   std::mt19937_64 rng(13);
-  // 30x28x3 = 2,520 bytes: not a multiple of 16, so the aligned blocks copy a byte tail too.
-  const PreparedShape shape{30, 28, 3};
+  // 100x90x3 = 27,000 bytes: not a multiple of 16, so the aligned blocks copy a byte tail too;
+  // an 80x80 crop takes 4 blocks an image, so the copy is split across blocks and loops.
+  const PreparedShape shape{100, 90, 3};
   const size_t bytes = shape.bytes();
+  constexpr size_t kSpan = 32768;  // room per sample, in the device sources and the blocks
   SamplePool pool = MakePool(std::vector<PreparedShape>(6, shape), HostMemory::kPinned, rng);
-  Result<DeviceBuffer> on_device = DeviceBuffer::Allocate(6 * 4096);
-  Result<DeviceBuffer> blocks = DeviceBuffer::Allocate(6 * 4096 + 64);
+  Result<DeviceBuffer> on_device = DeviceBuffer::Allocate(6 * kSpan);
+  Result<DeviceBuffer> blocks = DeviceBuffer::Allocate(6 * kSpan + 64);
   ASSERT_TRUE(on_device.ok() && blocks.ok());
   auto* src_base = static_cast<uint8_t*>(on_device->data());
   auto* block_base = static_cast<uint8_t*>(blocks->data());
+  // Known bytes around each source (an overrun would copy 0xA5) and in every block (0x77).
+  ASSERT_EQ(cudaMemsetAsync(src_base, 0xA5, on_device->bytes(), stream_.get()), cudaSuccess);
   ASSERT_EQ(cudaMemsetAsync(block_base, 0x77, blocks->bytes(), stream_.get()), cudaSuccess);
   for (size_t i = 0; i < 6; ++i) {
-    ASSERT_EQ(cudaMemcpyAsync(src_base + i * 4096, pool.views[i].data, bytes,
+    ASSERT_EQ(cudaMemcpyAsync(src_base + i * kSpan, pool.views[i].data, bytes,
                               cudaMemcpyHostToDevice, stream_.get()),
               cudaSuccess);
   }
-  Result<TransformSpec> spec = ParseTransformSpec("random_crop(24)|flip|float32|nchw");
+  Result<TransformSpec> spec = ParseTransformSpec("random_crop(80)|flip|float32|nchw");
   ASSERT_TRUE(spec.ok());
   // Samples 0-4 read from the device, 5 uploaded from the host; 0 and 3 twice, kept once.
   const std::vector<int> order = {0, 1, 2, 3, 4, 5, 0, 3};
@@ -328,18 +332,18 @@ TEST_F(GpuAssemblerTest, KeptSamplesFillTheirBlocksAsTheKernelReadsThem) {
   jobs[0].spec = *spec;
   std::vector<const uint8_t*> sources;
   std::vector<uint8_t*> keeps;
-  std::vector<uint8_t*> kept(6, nullptr);
+  std::vector<uint8_t> expected(blocks->bytes(), 0x77);
   for (size_t k = 0; k < order.size(); ++k) {
     const int i = order[k];
     jobs[0].samples.push_back(pool.views[i]);
     jobs[0].seeds.push_back(rng());
     const bool device = i != 5;
-    sources.push_back(device ? src_base + i * 4096 : nullptr);
+    sources.push_back(device ? src_base + i * kSpan : nullptr);
     const bool first = std::find(order.begin(), order.begin() + k, i) == order.begin() + k;
     // Odd samples go to blocks one byte off a 16-byte boundary: the byte path.
-    uint8_t* block = block_base + i * 4096 + (i % 2 == 1 ? 1 : 0);
-    keeps.push_back(device && first ? block : nullptr);
-    if (device && first) kept[i] = block;
+    const size_t at = i * kSpan + (i % 2 == 1 ? 1 : 0);
+    keeps.push_back(device && first ? block_base + at : nullptr);
+    if (device && first) std::copy(pool.views[i].data, pool.views[i].data + bytes, &expected[at]);
   }
   AllocateOutputs(jobs, 0x3C);
   const std::vector<JobBatchRequest> reqs = Requests(jobs);
@@ -350,19 +354,14 @@ TEST_F(GpuAssemblerTest, KeptSamplesFillTheirBlocksAsTheKernelReadsThem) {
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
   EXPECT_EQ(stats->uploads, 1u);  // only sample 5
   ExpectMatchesCpu(jobs, "kept");
+  // Every byte of the blocks: the kept samples where they belong, nothing written elsewhere.
   std::vector<uint8_t> all(blocks->bytes());
   ASSERT_EQ(cudaMemcpy(all.data(), block_base, all.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-  for (size_t i = 0; i < 6; ++i) {
-    if (kept[i] == nullptr) continue;
-    const size_t at = static_cast<size_t>(kept[i] - block_base);
-    EXPECT_TRUE(std::equal(pool.views[i].data, pool.views[i].data + bytes, all.begin() + at))
-        << "block of sample " << i;
-    EXPECT_EQ(all[at + bytes], 0x77) << "sample " << i << ": written past its bytes";
-    if (at > 0) {
-      EXPECT_EQ(all[at - 1], 0x77) << "sample " << i << ": written before its block";
-    }
-  }
-  EXPECT_EQ(all[5 * 4096], 0x77);  // the uploaded sample keeps nothing
+  const auto diff = std::mismatch(expected.begin(), expected.end(), all.begin());
+  EXPECT_EQ(diff.first, expected.end())
+      << "blocks differ at byte " << (diff.first - expected.begin()) << " (sample slot "
+      << (diff.first - expected.begin()) / kSpan << "): want " << static_cast<int>(*diff.first)
+      << " got " << static_cast<int>(*diff.second);
 
   // A keep needs a device source; nothing is enqueued otherwise.
   std::vector<uint8_t*> stray(order.size(), nullptr);

@@ -634,6 +634,12 @@ Status CudaGpuService::FinishLocked(const DeviceBatchRequest& request, const Cud
   auto forget_placed = [&]() REQUIRES(mu_) {
     for (auto [id, where] : plan.placed) EraseLocked(id);
   };
+  // The blocks only the assembly fills (keeps), where it may not have run.
+  auto forget_kept = [&]() REQUIRES(mu_) {
+    for (size_t i = 0; i < plan.keeps.size(); ++i) {
+      if (plan.keeps[i] != nullptr) EraseLocked(request.sample_ids[i]);
+    }
+  };
   // Blocks it placed and cannot fill are forgotten on every way out before the fills.
   if (Status s = OnDevice(device_); !s.ok()) {
     forget_placed();
@@ -647,7 +653,7 @@ Status CudaGpuService::FinishLocked(const DeviceBatchRequest& request, const Cud
     ~SyncOnExit() {
       if (armed) (void)stream.Synchronize();
     }
-  } job_copies{stream_};
+  } job_reads{stream_};
   if (plan.erasures != erasures_) {
     // A build before this one forgot blocks since this plan (a damaged JPEG or a CUDA error). If
     // this plan reads one of them, it builds from the scratch and staging instead, all decoded
@@ -699,7 +705,7 @@ Status CudaGpuService::FinishLocked(const DeviceBatchRequest& request, const Cud
     std::vector<gpu::DecodeTarget> left;
     std::span<const gpu::DecodeTarget> server_decodes = plan.decodes;
     if (plan.job_answer) {
-      job_copies.armed = true;
+      job_reads.armed = true;
       left = UseJobWorkLocked(request, plan);
       server_decodes = left;
     }
@@ -720,7 +726,7 @@ Status CudaGpuService::FinishLocked(const DeviceBatchRequest& request, const Cud
       assembler_->AssembleBatches({&job, 1}, stream, {&job_sources, 1}, {&job_keeps, 1});
   assemble_kernel_ns_ += NanosSince(assemble_start);
   if (!stats.ok()) {
-    forget_placed();  // the blocks it keeps are filled by the assembly only
+    forget_kept();
     return stats.status();
   }
   // Labels as int64 after the images, from a pinned buffer (reused: the stream is synchronized
@@ -739,14 +745,14 @@ Status CudaGpuService::FinishLocked(const DeviceBatchRequest& request, const Cud
                                                   label_bytes, cudaMemcpyHostToDevice, stream),
                                   "cudaMemcpyAsync(labels)");
         !s.ok()) {
-      forget_placed();
+      forget_kept();
       return s;
     }
   }
   // The job is told only after this: it never sees a batch before its kernel has finished.
   const auto sync_start = std::chrono::steady_clock::now();
   if (Status s = stream_.Synchronize(); !s.ok()) {
-    forget_placed();
+    forget_placed();  // which of the stream's work failed is not known
     return s;
   }
   sync_ns_ += NanosSince(sync_start);
