@@ -16,6 +16,24 @@ def pipe_dir():
     return os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
 
 
+def daemon_alive(proc="/proc"):
+    """Whether a live (not zombie) process runs CONTROL. By its command line: the kernel's
+    process name stops at 15 characters ("nvidia-cuda-mps"), so `pgrep -x` never matches it."""
+    for pid in os.listdir(proc):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
+                argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
+            with open(os.path.join(proc, pid, "stat")) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        if os.path.basename(argv0) == CONTROL and state != "Z":
+            return True
+    return False
+
+
 class Mps:
     def __init__(self):
         self.control = shutil.which(CONTROL)
@@ -27,9 +45,7 @@ class Mps:
 
     def running(self):
         # A daemon that quit may leave its pipe behind: a daemon process must exist too.
-        alive = subprocess.run(["pgrep", "-x", CONTROL], stdout=subprocess.DEVNULL,
-                               check=False).returncode == 0
-        return alive and os.path.exists(os.path.join(pipe_dir(), "control"))
+        return daemon_alive() and os.path.exists(os.path.join(pipe_dir(), "control"))
 
     def start(self):
         if self.running():

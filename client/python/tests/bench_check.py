@@ -7,7 +7,8 @@ folder:
      client/python is over 700 lines (issue 22);
   3. `python -m bench.gpu --smoke --scenarios n1`: the whole GPU benchmark's orchestration on the
      CPU (spawned jobs import bench.gpu's modules by name), a carpool and a DataLoader side;
-     its pacing counters and --status-series; and `--mps` without a GPU refused with its reason.
+     its pacing counters and --status-series; and `--mps` without a GPU refused with its reason;
+  4. bench.gpu.mps tells a running MPS daemon from none (a fake /proc).
 Exit 0 when all hold, 1 otherwise, 77 (skipped) when torch or torchvision is missing."""
 
 import json
@@ -24,10 +25,14 @@ ENTRY_POINTS = ["gpu", "peers", "ddp_gpu", "gpu_probe", "accuracy_fidelity", "fm
 MAX_LINES = 700
 
 
-def bench(tmp, *args, timeout=60):
-    return subprocess.run([sys.executable, "-m", *args], cwd=tmp, env=source_env(),
+def python(tmp, *args, timeout=60):
+    return subprocess.run([sys.executable, *args], cwd=tmp, env=source_env(),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=timeout)
+
+
+def bench(tmp, *args, timeout=60):
+    return python(tmp, "-m", *args, timeout=timeout)
 
 
 def check_sources():
@@ -39,6 +44,30 @@ def check_sources():
             if folder != "client/python":
                 check(not re.search(r"\bsys\.path\b", text),
                       f"{f.relative_to(ROOT)} edits sys.path; rely on PYTHONPATH instead")
+
+
+def check_mps_daemon(tmp):
+    """bench.gpu.mps finds the MPS control daemon by its command line, zombies aside: the
+    kernel's 15-character process name ("nvidia-cuda-mps") never matches `pgrep -x`."""
+    proc = pathlib.Path(tmp) / "proc"
+    procs = {"12": (b"/usr/bin/nvidia-cuda-mps-control\0-d\0", "S"),
+             "13": (b"nvidia-cuda-mps-control\0-d\0", "Z"),
+             "14": (b"python3\0-m\0bench.gpu\0", "R")}
+    for pid, (cmdline, state) in procs.items():
+        (proc / pid).mkdir(parents=True)
+        (proc / pid / "cmdline").write_bytes(cmdline)
+        (proc / pid / "stat").write_text(f"{pid} (nvidia-cuda-mps) {state} 1 1 1 0 -1\n")
+    (proc / "self").mkdir()
+    probe = ("import sys; from bench.gpu.mps import daemon_alive; "
+             "print(daemon_alive(sys.argv[1]))")
+    r = python(tmp, "-c", probe, str(proc))
+    check(r.stdout.strip() == "True", f"a running daemon is found: {r.stdout[-300:]}")
+    for f in (proc / "12").iterdir():
+        f.unlink()
+    (proc / "12").rmdir()
+    r = python(tmp, "-c", probe, str(proc))
+    check(r.stdout.strip() == "False", f"a zombie daemon is not running: {r.stdout[-300:]}")
+    print("bench.gpu.mps: the daemon found by its command line, a zombie not", flush=True)
 
 
 def main():
@@ -53,6 +82,7 @@ def main():
             check(r.returncode == 0 and "usage:" in r.stdout,
                   f"python -m bench.{name} --help: exit {r.returncode}: {r.stdout[-1500:]}")
         print(f"{len(ENTRY_POINTS)} entry points answer --help", flush=True)
+        check_mps_daemon(tmp)
         out = pathlib.Path(tmp) / "smoke.json"
         series = pathlib.Path(tmp) / "series"
         r = bench(tmp, "bench.gpu", "--smoke", "--scenarios", "n1", "--max-seconds", "20",
