@@ -393,7 +393,7 @@ void Engine::Assemble(BatchTask task) {
     job.skipped += skipped;
     skipped_ += skipped;
     if (!out.released) job.assembling = false;
-    --job.builds;  // only now, after the build's GPU work finished (static_assert below)
+    --job.builds;  // only now, after the build's GPU work finished (the static_assert above)
     ++job.builds_delivered;
     fair_clock_ = std::max(fair_clock_, task.fair_tag);
     woken_ = true;

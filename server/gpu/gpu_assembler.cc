@@ -145,19 +145,16 @@ Status GpuAssembler::Plan::Add(int job, const JobBatchRequest& req,
   kj.normalize = req.spec.normalize ? 1 : 0;
   jobs.push_back(kj);
 
-  const int pixels = shape->height * shape->width;
-  const int wanted = (pixels + kKernelThreads * kPixelsPerThread - 1) /
-                     (kKernelThreads * kPixelsPerThread);
-  blocks_per_image = std::max(blocks_per_image, std::min(wanted, kMaxBlocksPerImage));
-  // A kept sample is copied whole by its image's blocks: 16 bytes a thread a step.
-  for (size_t i = 0; i < device_keeps.size(); ++i) {
-    if (device_keeps[i] == nullptr) continue;
-    const size_t words = (req.samples[i].shape.bytes() + 15) / 16;
-    const size_t keep_wanted = (words + size_t{kKernelThreads} * kPixelsPerThread - 1) /
-                               (kKernelThreads * kPixelsPerThread);
-    blocks_per_image = static_cast<int>(
-        std::max<size_t>(blocks_per_image, std::min<size_t>(keep_wanted, kMaxBlocksPerImage)));
+  // An image's work: its output pixels, or, where it keeps its sample, the sample's 16-byte
+  // words if more (the batch's samples share one shape).
+  size_t work = static_cast<size_t>(shape->height) * shape->width;
+  if (std::any_of(device_keeps.begin(), device_keeps.end(), [](auto* k) { return k != nullptr; })) {
+    work = std::max(work, (req.samples.front().shape.bytes() + 15) / 16);
   }
+  const size_t per_block = size_t{kKernelThreads} * kPixelsPerThread;
+  blocks_per_image = std::max(blocks_per_image, static_cast<int>(std::min<size_t>(
+                                                    (work + per_block - 1) / per_block,
+                                                    kMaxBlocksPerImage)));
 
   if (!device_sources.empty() && device_sources.size() != req.samples.size()) {
     return Status::InvalidArgument(fmt::format("job {}: {} device sources for {} samples", job,
