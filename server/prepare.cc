@@ -8,6 +8,7 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "server/area_resize.h"
 #include "server/exact_resize.h"
 #include "server/image_codec.h"
 
@@ -216,6 +217,14 @@ Result<PreparedShape> PrepareInto(const PrepareSpec& spec, std::span<const uint8
   if (!g.ok()) return g.status();
   const PreparedShape shape{g->out_height, g->out_width, spec.channels};
   if (Status s = CheckRoom(shape, dst); !s.ok()) return s;
+  // OpenCV's general INTER_AREA path, computed for the window only (area_resize.h): same bytes.
+  const ResizeCropGeometry area{decoded->cols, decoded->rows, g->resized_width, g->resized_height,
+                                g->crop_x,     g->crop_y,     g->out_width,     g->out_height};
+  if (decoded->depth() == CV_8U && decoded->channels() == spec.channels &&
+      AreaResizeApplies(area, spec.channels)) {
+    AreaResizeCrop(area, decoded->data, decoded->step, spec.channels, dst.data());
+    return shape;
+  }
   try {
     cv::Mat resized = *decoded;
     if (resized.cols != g->resized_width || resized.rows != g->resized_height) {
