@@ -140,6 +140,12 @@ class CudaGpuService : public GpuService {
   // server (all of them when the job failed).
   std::vector<gpu::DecodeTarget> UseJobWorkLocked(const DeviceBatchRequest& request,
                                                   BuildPlan& plan) REQUIRES(mu_);
+  // Counts a job's decode fault in job_decode_failures, the first time only. O(1).
+  void CountJobDecodeFailureLocked(const JobDecoder* decoder) REQUIRES(mu_) {
+    bool& counted = job_buffers_[decoder].failure_counted;
+    if (!counted) ++job_decode_failures_;
+    counted = true;
+  }
   // The job's decode buffer mapped into this process (opened once per handle), or an error.
   // `needed` bytes of it must be mapped (Corruption otherwise).
   Result<uint8_t*> MapJobBuffer(const JobDecoder* decoder, const std::string& handle,
@@ -173,6 +179,9 @@ class CudaGpuService : public GpuService {
     std::string handle;
     void* base = nullptr;  // cudaIpcOpenMemHandle's mapping, at the first answer
     uint64_t bytes = 0;    // mapped from base on
+    // Counted in job_decode_failures: once per job. With two works outstanding both can fail,
+    // and whether the second fails or finds the decoder off is timing.
+    bool failure_counted = false;
   };
   std::unordered_map<const JobDecoder*, JobBuffer> job_buffers_ GUARDED_BY(mu_);
   // Builds overlap: a job's next build plans and sends its JPEGs while the previous one waits for
@@ -551,7 +560,7 @@ void CudaGpuService::SendJobWorkLocked(const DeviceBatchRequest& request, BuildP
     plan.job_items.clear();
     // Both lanes taken, or turned off by another work's failure (counted there): not a failure.
     if (ticket.status().code() == StatusCode::kFailedPrecondition) return;
-    ++job_decode_failures_;
+    CountJobDecodeFailureLocked(request.job_decoder);
     log::Warn(
         "GPU {}: a job's process did not take its batch's {} JPEGs; the server decodes them, "
         "and that job's from now on: {}",
@@ -568,7 +577,7 @@ std::vector<gpu::DecodeTarget> CudaGpuService::UseJobWorkLocked(const DeviceBatc
   const std::span<const gpu::DecodeTarget> targets = plan.decodes;
   std::vector<gpu::DecodeTarget> all_targets(targets.begin(), targets.end());
   auto all = [&](const Status& why) {
-    ++job_decode_failures_;
+    CountJobDecodeFailureLocked(request.job_decoder);
     request.job_decoder->Disable(why);  // a job that failed once decodes no more
     log::Warn(
         "GPU {}: a job's process did not decode its batch's {} JPEGs; the server decodes "
