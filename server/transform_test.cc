@@ -1,7 +1,9 @@
 #include "server/transform.h"
 
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -14,7 +16,7 @@ namespace {
 
 TransformSpec Parse(std::string_view text) {
   Result<TransformSpec> spec = ParseTransformSpec(text);
-  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(spec.ok()) << text << ": " << spec.status().ToString();
   return spec.ok() ? *spec : TransformSpec{};
 }
 
@@ -294,6 +296,58 @@ TEST(TransformTest, NchwIsTheTransposeOfNhwc) {
       }
     }
   }
+}
+
+// float32 is computed in lanes, not from the table the other dtypes use: every value must still
+// be FloatValue's, bit for bit. The uint8 transform with the same crop and flip gives the bytes
+// in output order; the reference applies docs/transforms.md's formula to each in scalar float.
+TEST(TransformTest, Float32EqualsTheFormulaBitForBit) {
+  std::mt19937 rng(39);
+  auto uniform = [&](float lo, float hi) {
+    return std::uniform_real_distribution<float>(lo, hi)(rng);
+  };
+  int compared = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int channels = 1 + static_cast<int>(rng() % 4);
+    const int height = 1 + static_cast<int>(rng() % 40), width = 1 + static_cast<int>(rng() % 40);
+    PreparedImage img{{height, width, channels},
+                      std::vector<uint8_t>(static_cast<size_t>(height) * width * channels)};
+    for (uint8_t& b : img.pixels) b = static_cast<uint8_t>(rng());
+    std::string steps;
+    const int crop = 1 + static_cast<int>(rng() % std::min(height, width));
+    if (rng() % 3 == 0) steps += "random_crop(" + std::to_string(crop) + ")|";
+    if (rng() % 2 == 0) steps += "flip|";
+    const std::string geometry = steps;  // the uint8 twin has the same window and flip
+    std::array<float, 3> mean{}, stdev{1, 1, 1};
+    const bool normalize = (channels == 1 || channels == 3) && rng() % 4 != 0;
+    if (normalize) {
+      for (int c = 0; c < channels; ++c) {
+        mean[c] = uniform(-1, 2);
+        stdev[c] = uniform(0.01f, 3);
+      }
+      steps += channels == 1 ? fmt::format("normalize({},{})|", mean[0], stdev[0])
+                             : fmt::format("normalize({},{},{},{},{},{})|", mean[0], mean[1],
+                                           mean[2], stdev[0], stdev[1], stdev[2]);
+    }
+    const std::string layout = rng() % 2 == 0 ? "nhwc" : "nchw";
+    const TransformSpec spec = Parse(steps + "float32|" + layout);
+    const TransformSpec bytes_spec = Parse(geometry + "uint8|" + layout);
+    const uint64_t seed = rng();
+    const std::vector<float> got = Apply<float>(spec, img.view(), seed);
+    const std::vector<uint8_t> bytes = Apply<uint8_t>(bytes_spec, img.view(), seed);
+    ASSERT_EQ(got.size(), bytes.size());
+    const size_t plane = bytes.size() / channels;
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      const size_t c = layout == "nhwc" ? i % channels : i / plane;
+      const float unit = static_cast<float>(bytes[i]) / 255.0f;
+      const float want = normalize ? (unit - spec.mean[c]) / spec.std[c] : unit;
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want))
+          << steps << layout << ", " << channels << " channels, element " << i << ": " << got[i]
+          << " against " << want;
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 100000);
 }
 
 TEST(TransformTest, ShapeErrors) {
