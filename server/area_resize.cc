@@ -168,11 +168,13 @@ bool AreaResizeApplies(const ResizeCropGeometry& g, int channels) {
     return false;
   }
   if (g.src_width == g.resized_width && g.src_height == g.resized_height) return false;  // a copy
-  const double sx = AreaScale(g.src_width, g.resized_width);
-  const double sy = AreaScale(g.src_height, g.resized_height);
-  if (!(sx >= 1 && sy >= 1)) return false;  // OpenCV emulates area with bilinear weights there
-  const int ix = static_cast<int>(std::lrint(sx)), iy = static_cast<int>(std::lrint(sy));
-  const bool integer_factor = std::abs(sx - ix) < DBL_EPSILON && std::abs(sy - iy) < DBL_EPSILON;
+  const double scale_x = AreaScale(g.src_width, g.resized_width);
+  const double scale_y = AreaScale(g.src_height, g.resized_height);
+  // Below 1 either way OpenCV emulates area with bilinear weights.
+  if (!(scale_x >= 1 && scale_y >= 1)) return false;
+  const int ix = static_cast<int>(std::lrint(scale_x)), iy = static_cast<int>(std::lrint(scale_y));
+  const bool integer_factor =
+      std::abs(scale_x - ix) < DBL_EPSILON && std::abs(scale_y - iy) < DBL_EPSILON;
   return !integer_factor;
 }
 
@@ -184,8 +186,8 @@ void AreaResizeCrop(const ResizeCropGeometry& g, const uint8_t* src, size_t pitc
   AreaWeights(g.src_height, g.resized_height, &yw, &ystart);
   const ColumnRuns runs = WindowColumns(xw, xstart, g.crop_x, g.out_width, channels, g.src_width);
   const size_t row_floats = static_cast<size_t>(g.out_width) * channels;
-  // Two source rows' horizontal passes: an output row's last source row is often the next one's
-  // first, and is then reused, not recomputed.
+  // The last source row's horizontal pass (`cached`, reused when the next output row starts on that
+  // row, as it usually does), the one being computed (`fresh`), and the output row's sum.
   const size_t stride = row_floats + 4;  // HorizontalPass may write a lane past the row
   std::vector<float> scratch(stride * 3);
   float* cached = scratch.data();

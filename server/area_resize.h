@@ -24,7 +24,8 @@ bool AreaResizeApplies(const ResizeCropGeometry& g, int channels);
 
 // Writes the out_* window of the resized image to dst (out_height rows of out_width x channels
 // bytes, packed). REQUIRES: AreaResizeApplies(g, channels). Cost: O(window pixels x the source
-// pixels each covers + source rows x window width), two rows of floats of scratch.
+// pixels each covers + source rows x window width); scratch: three window rows of floats and the
+// weights of every source column and row.
 void AreaResizeCrop(const ResizeCropGeometry& g, const uint8_t* src, size_t pitch, int channels,
                     uint8_t* dst);
 

@@ -37,14 +37,16 @@ std::string Difference(const std::vector<uint8_t>& got, const std::vector<uint8_
   return "";
 }
 
-// Reads the source from a buffer of exactly its bytes, so that a read past the last pixel is a
-// heap overflow for ASan and valgrind (cv::Mat's allocation has slack).
-std::vector<uint8_t> AreaResize(const cv::Mat& src, const ResizeCropGeometry& g) {
+// Reads the source from a buffer of exactly its bytes, rows `pad` bytes apart beyond their
+// pixels (a decoder's step), the last row ending at the buffer's end: a read past the last pixel
+// is a heap overflow for ASan and valgrind (cv::Mat's allocation has slack).
+std::vector<uint8_t> AreaResize(const cv::Mat& src, const ResizeCropGeometry& g, size_t pad = 0) {
   const size_t row = static_cast<size_t>(src.cols) * src.channels();
-  auto pixels = std::make_unique<uint8_t[]>(row * src.rows);
-  for (int y = 0; y < src.rows; ++y) std::memcpy(pixels.get() + y * row, src.ptr(y), row);
+  const size_t pitch = row + pad;
+  auto pixels = std::make_unique<uint8_t[]>(pitch * (src.rows - 1) + row);
+  for (int y = 0; y < src.rows; ++y) std::memcpy(pixels.get() + y * pitch, src.ptr(y), row);
   std::vector<uint8_t> out(static_cast<size_t>(g.out_width) * g.out_height * src.channels());
-  AreaResizeCrop(g, pixels.get(), row, src.channels(), out.data());
+  AreaResizeCrop(g, pixels.get(), pitch, src.channels(), out.data());
   return out;
 }
 
@@ -96,6 +98,23 @@ TEST(AreaResizeTest, RandomGeometriesEqualOpenCvByteForByte) {
   }
   EXPECT_GT(compared, 1400);  // the refusals are rare: equal sizes or integer factors both ways
   EXPECT_LT(refused, 100);
+}
+
+TEST(AreaResizeTest, PaddedRowsAndWindowsAtEveryCorner) {
+  std::mt19937 rng(7);
+  for (int channels = 1; channels <= 4; ++channels) {
+    const cv::Mat src = Noise(97, 61, channels, static_cast<uint32_t>(channels));
+    const int rw = 41, rh = 29, ow = 17, oh = 11;
+    for (const auto& [cx, cy] : {std::pair{0, 0}, {rw - ow, 0}, {0, rh - oh}, {rw - ow, rh - oh}}) {
+      const ResizeCropGeometry g{97, 61, rw, rh, cx, cy, ow, oh};
+      ASSERT_TRUE(AreaResizeApplies(g, channels));
+      const std::vector<uint8_t> want = OpenCvResizeCrop(src, g);
+      for (const size_t pad : {size_t{0}, size_t{1}, size_t{3}, size_t{13}, size_t{rng() % 64}}) {
+        ASSERT_EQ(Difference(AreaResize(src, g, pad), want), "")
+            << channels << " channels, window at (" << cx << "," << cy << "), pad " << pad;
+      }
+    }
+  }
 }
 
 TEST(AreaResizeTest, LargeFactorsAndOneAxisUnscaled) {

@@ -87,7 +87,8 @@ struct GpuCounters {
   uint64_t gpu_decodes = 0, cpu_fallbacks = 0, decoded_bytes = 0, undecodable = 0;
   double decode_seconds = 0;  // of Build's wall time, spent decoding and resizing
   // Decoded in the jobs' own processes (job_decode.h): images, the wall time of those round
-  // trips (apart from decode_seconds), and works a job failed or missed (the server decoded them).
+  // trips (apart from decode_seconds), and jobs whose decode failed or missed, once each (the
+  // server decodes for them from then on).
   uint64_t job_decodes = 0, job_decode_failures = 0;
   double job_decode_seconds = 0;
   // Builds planned while an earlier one waited for its job's decode: the job's next JPEGs went

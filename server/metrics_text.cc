@@ -175,9 +175,10 @@ std::string RenderPrometheus(const EngineSnapshot& s) {
   per_gpu("carpool_gpu_overlapped_builds_total", "counter",
           "Builds planned while an earlier one waited for its job's own GPU decode",
           &GpuCounters::overlapped_builds);
-  per_gpu("carpool_gpu_job_decode_failures_total", "counter",
-          "Decode works a job failed or missed, which the server then decoded",
-          &GpuCounters::job_decode_failures);
+  per_gpu(
+      "carpool_gpu_job_decode_failures_total", "counter",
+      "Jobs whose own decode failed or missed a deadline, once each (the server decodes theirs)",
+      &GpuCounters::job_decode_failures);
   per_gpu("carpool_gpu_undecodable_total", "counter",
           "Encoded samples neither nvJPEG nor the CPU could decode", &GpuCounters::undecodable);
   return out;

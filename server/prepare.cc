@@ -217,15 +217,15 @@ Result<PreparedShape> PrepareInto(const PrepareSpec& spec, std::span<const uint8
   if (!g.ok()) return g.status();
   const PreparedShape shape{g->out_height, g->out_width, spec.channels};
   if (Status s = CheckRoom(shape, dst); !s.ok()) return s;
-  // OpenCV's general INTER_AREA path, computed for the window only (area_resize.h): same bytes.
-  const ResizeCropGeometry area{decoded->cols, decoded->rows, g->resized_width, g->resized_height,
-                                g->crop_x,     g->crop_y,     g->out_width,     g->out_height};
-  if (decoded->depth() == CV_8U && decoded->channels() == spec.channels &&
-      AreaResizeApplies(area, spec.channels)) {
-    AreaResizeCrop(area, decoded->data, decoded->step, spec.channels, dst.data());
-    return shape;
-  }
   try {
+    // OpenCV's general INTER_AREA path, computed for the window only (area_resize.h): same bytes.
+    const ResizeCropGeometry area{decoded->cols, decoded->rows, g->resized_width, g->resized_height,
+                                  g->crop_x,     g->crop_y,     g->out_width,     g->out_height};
+    if (decoded->depth() == CV_8U && decoded->channels() == spec.channels &&
+        AreaResizeApplies(area, spec.channels)) {
+      AreaResizeCrop(area, decoded->data, decoded->step, spec.channels, dst.data());
+      return shape;
+    }
     cv::Mat resized = *decoded;
     if (resized.cols != g->resized_width || resized.rows != g->resized_height) {
       const bool shrink = g->resized_width <= resized.cols && g->resized_height <= resized.rows;

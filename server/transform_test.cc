@@ -298,9 +298,9 @@ TEST(TransformTest, NchwIsTheTransposeOfNhwc) {
   }
 }
 
-// float32 is computed in lanes, not from the table the other dtypes use: every value must still
-// be FloatValue's, bit for bit. The uint8 transform with the same crop and flip gives the bytes
-// in output order; the reference applies docs/transforms.md's formula to each in scalar float.
+// Every float32 value is docs/transforms.md's formula, bit for bit, whatever computes it (a table
+// today; a faster way must keep this). The uint8 transform with the same crop and flip gives the
+// bytes in output order; the reference applies the formula to each in scalar float.
 TEST(TransformTest, Float32EqualsTheFormulaBitForBit) {
   std::mt19937 rng(39);
   auto uniform = [&](float lo, float hi) {
