@@ -178,13 +178,45 @@ bool AreaResizeApplies(const ResizeCropGeometry& g, int channels) {
   return !integer_factor;
 }
 
-void AreaResizeCrop(const ResizeCropGeometry& g, const uint8_t* src, size_t pitch, int channels,
-                    uint8_t* dst) {
+namespace {
+
+// The weights of one geometry, kept per thread: a dataset's samples mostly share one geometry,
+// and building them cost about 12 us of a 360 us resize (500x375 -> 341x256 -> 256).
+struct AreaTables {
+  int src_width = -1, src_height = -1, resized_width = -1, resized_height = -1;
+  int crop_x = -1, out_width = -1, channels = -1;
   std::vector<AreaWeight> xw, yw;
   std::vector<int> xstart, ystart;
-  AreaWeights(g.src_width, g.resized_width, &xw, &xstart);
-  AreaWeights(g.src_height, g.resized_height, &yw, &ystart);
-  const ColumnRuns runs = WindowColumns(xw, xstart, g.crop_x, g.out_width, channels, g.src_width);
+  ColumnRuns runs;
+};
+
+const AreaTables& TablesFor(const ResizeCropGeometry& g, int channels) {
+  thread_local AreaTables t;
+  if (t.src_width != g.src_width || t.src_height != g.src_height ||
+      t.resized_width != g.resized_width || t.resized_height != g.resized_height ||
+      t.crop_x != g.crop_x || t.out_width != g.out_width || t.channels != channels) {
+    AreaWeights(g.src_width, g.resized_width, &t.xw, &t.xstart);
+    AreaWeights(g.src_height, g.resized_height, &t.yw, &t.ystart);
+    t.runs = WindowColumns(t.xw, t.xstart, g.crop_x, g.out_width, channels, g.src_width);
+    t.src_width = g.src_width;
+    t.src_height = g.src_height;
+    t.resized_width = g.resized_width;
+    t.resized_height = g.resized_height;
+    t.crop_x = g.crop_x;
+    t.out_width = g.out_width;
+    t.channels = channels;
+  }
+  return t;
+}
+
+}  // namespace
+
+void AreaResizeCrop(const ResizeCropGeometry& g, const uint8_t* src, size_t pitch, int channels,
+                    uint8_t* dst) {
+  const AreaTables& tables = TablesFor(g, channels);
+  const std::vector<AreaWeight>& yw = tables.yw;
+  const std::vector<int>& ystart = tables.ystart;
+  const ColumnRuns& runs = tables.runs;
   const size_t row_floats = static_cast<size_t>(g.out_width) * channels;
   // The last source row's horizontal pass (`cached`, reused when the next output row starts on that
   // row, as it usually does), the one being computed (`fresh`), and the output row's sum.
