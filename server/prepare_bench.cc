@@ -162,9 +162,11 @@ int Main(int argc, char** argv) {
       "\n| transform (256x256x3 in) | multi-pass OpenCV (img/s) | carpool one pass (img/s) | "
       "speedup |\n");
   fmt::print("|---|---|---|---|\n");
-  for (const char* text : {"random_crop(224)|flip|normalize(imagenet)|float32|nchw",
-                           "random_crop(224)|flip|normalize(imagenet)|float16|nchw",
-                           "random_crop(224)|flip|uint8|nhwc"}) {
+  for (const char* text :
+       {"random_crop(224)|flip|normalize(imagenet)|float32|nchw",
+        "random_crop(224)|flip|normalize(imagenet)|float16|nchw",
+        "random_crop(224)|flip|normalize(imagenet)|float32|nhwc",
+        "random_crop(224)|flip|uint8|nhwc", "random_crop(224)|flip|uint8|nchw"}) {
     const TransformSpec spec = *ParseTransformSpec(text);
     std::vector<float> out(3 * 224 * 224);
     uint64_t seed = 0;
