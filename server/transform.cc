@@ -84,12 +84,13 @@ int Below(uint64_t r, int range) {
   return static_cast<int>((static_cast<unsigned __int128>(r) * static_cast<uint64_t>(range)) >> 64);
 }
 
+#if defined(__SSE2__)
 // The table values of kLanes output elements in one 16-byte vector. Why: with a store per element
 // (and the byte source reloaded after each, as uint8_t may alias the output), 224x224x3 float32
-// took about 2.5 times as long. uint8_t keeps the scalar loop: SSE2 builds 16 bytes slowly.
+// took about three times as long in nchw, 2.5 times in nhwc. uint8_t keeps the scalar loop: SSE2
+// builds 16 bytes slowly.
 template <typename T>
 constexpr int kLanes = 0;
-#if defined(__SSE2__)
 template <>
 constexpr int kLanes<float> = 4;
 template <>
@@ -143,7 +144,7 @@ void TransformWindow(const PreparedView& src, const CropWindow& w, const T* lut,
     T* out = dst + static_cast<size_t>(y) * w.width * (kLayout == Layout::kNHWC ? kC : 1);
     int x = 0;
 #if defined(__SSE2__)
-    if constexpr (kLanes < T >> 0) {
+    if constexpr ((kLanes<T>) > 0) {
       constexpr int kL = kLanes<T>;
       for (; x + kL <= w.width; x += kL, px += kL * step) {
         T* at = out + static_cast<size_t>(x) * (kLayout == Layout::kNHWC ? kC : 1);

@@ -352,8 +352,9 @@ TEST(TransformTest, Float32EqualsTheFormulaBitForBit) {
 
 // Every dtype, layout and channel count against a reference written from the definition: output
 // (y, x, c) is the table value of the window's byte at (w.y + y, w.x + x', c), x' mirrored under
-// flip. Widths 1-70 cover the 4, 8 and 16 lanes a 16-byte store holds and every tail after them;
-// the output buffer is exactly the image's size, so an overrun shows under valgrind.
+// flip. Widths 1-70 cover the 4 (float32) and 8 (float16) lanes of a 16-byte store and every tail
+// after them. The output starts as 0xA5 bytes, so an element left unwritten shows; the buffer is
+// exactly the image's size, so an overrun shows under valgrind.
 TEST(TransformTest, EveryLayoutEqualsTheDefinition) {
   std::mt19937 rng(40);
   int compared = 0;
@@ -369,8 +370,18 @@ TEST(TransformTest, EveryLayoutEqualsTheDefinition) {
       steps += (rng() % 2 == 0 ? "random_crop(" : "center_crop(") + std::to_string(crop) + ")|";
     }
     if (rng() % 2 == 0) steps += "flip|";
-    const bool normalize = channels == 3 && rng() % 2 == 0;
-    if (normalize) steps += "normalize(imagenet)|";
+    const bool normalize = (channels == 1 || channels == 3) && rng() % 2 == 0;
+    if (normalize && channels == 3 && rng() % 2 == 0) {
+      steps += "normalize(imagenet)|";
+    } else if (normalize) {
+      std::string numbers;
+      for (int i = 0; i < 2 * channels; ++i) {
+        const float lo = i < channels ? -1.0f : 0.05f;  // means, then stds (> 0)
+        numbers += fmt::format("{}{}", i == 0 ? "" : ",",
+                               std::uniform_real_distribution<float>(lo, 2)(rng));
+      }
+      steps += "normalize(" + numbers + ")|";
+    }
     const char* dtypes[] = {"uint8", "float32", "float16"};
     const std::string dtype = dtypes[normalize ? 1 + rng() % 2 : rng() % 3];
     const bool nchw = rng() % 2 == 0;
@@ -379,7 +390,7 @@ TEST(TransformTest, EveryLayoutEqualsTheDefinition) {
     const CropWindow w = DrawCropWindow(spec, img.shape, seed);
     const Result<ImageShape> shape = TransformedShape(spec, img.shape);
     ASSERT_TRUE(shape.ok()) << shape.status().ToString();
-    std::vector<uint8_t> got(shape->bytes());
+    std::vector<uint8_t> got(shape->bytes(), 0xA5);
     ASSERT_TRUE(ApplyTransform(spec, img.view(), seed, got.data()).ok());
     const size_t elem = DTypeBytes(spec.dtype);
     for (int y = 0; y < w.height; ++y) {
