@@ -84,13 +84,26 @@ int Below(uint64_t r, int range) {
   return static_cast<int>((static_cast<unsigned __int128>(r) * static_cast<uint64_t>(range)) >> 64);
 }
 
-#if defined(__SSE2__)
-// The table values of kLanes output elements in one 16-byte vector. Why: with a store per element
-// (and the byte source reloaded after each, as uint8_t may alias the output), 224x224x3 float32
-// took about three times as long in nchw, 2.5 times in nhwc. uint8_t keeps the scalar loop: SSE2
-// builds 16 bytes slowly.
+// The table values of kLanes output elements in one store. Why: with a store per element (and
+// the byte source reloaded after each, as uint8_t may alias the output), 224x224x3 float32 took
+// about three times as long in nchw, 2.5 times in nhwc.
 template <typename T>
 constexpr int kLanes = 0;
+
+// uint8_t: 8 bytes gathered into one 64-bit word, on any little-endian target.
+template <>
+constexpr int kLanes<uint8_t> = std::endian::native == std::endian::little ? 8 : 0;
+
+template <typename... B>
+inline void StoreVector(uint8_t* out, B... bytes) {
+  uint64_t word = 0;
+  int shift = 0;
+  ((word |= static_cast<uint64_t>(bytes) << shift, shift += 8), ...);
+  std::memcpy(out, &word, sizeof word);
+}
+
+#if defined(__SSE2__)
+// float32 and float16: one 16-byte SSE2 vector.
 template <>
 constexpr int kLanes<float> = 4;
 template <>
@@ -105,6 +118,7 @@ inline void StoreVector(uint16_t* out, H... halves) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
                    _mm_setr_epi16(static_cast<int16_t>(halves)...));
 }
+#endif
 
 // Vector kJ of a group of kLanes pixels: in NCHW channel kJ of each pixel, stored in plane kJ;
 // in NHWC the group's elements kJ * kLanes onward, stored in order.
@@ -129,7 +143,6 @@ inline void StoreGroup(const T* lut, const uint8_t* px, ptrdiff_t step, T* out, 
                                                           std::make_index_sequence<kLanes<T>>{}),
    ...);
 }
-#endif
 
 // One pass over the crop window: lut[c * 256 + v] holds the output value for channel c and byte
 // v, so normalize and the dtype conversion cost one load per element.
@@ -143,7 +156,6 @@ void TransformWindow(const PreparedView& src, const CropWindow& w, const T* lut,
     const uint8_t* px = w.flip ? row + static_cast<size_t>(w.width - 1) * kC : row;
     T* out = dst + static_cast<size_t>(y) * w.width * (kLayout == Layout::kNHWC ? kC : 1);
     int x = 0;
-#if defined(__SSE2__)
     if constexpr ((kLanes<T>) > 0) {
       constexpr int kL = kLanes<T>;
       for (; x + kL <= w.width; x += kL, px += kL * step) {
@@ -151,7 +163,6 @@ void TransformWindow(const PreparedView& src, const CropWindow& w, const T* lut,
         StoreGroup<T, kLayout, kC>(lut, px, step, at, plane, std::make_index_sequence<kC>{});
       }
     }
-#endif
     for (; x < w.width; ++x, px += step) {
       if constexpr (kLayout == Layout::kNHWC) {
         for (int c = 0; c < kC; ++c) out[x * kC + c] = lut[c * 256 + px[c]];

@@ -78,9 +78,9 @@ CropWindow DrawCropWindow(const TransformSpec& spec, const PreparedShape& in, ui
 
 // Writes the transformed image to dst, which must hold TransformedShape(spec, src.shape)->bytes()
 // and be aligned for the dtype. Returns the TransformedShape error, if any, before writing.
-// Cost: one table load per output element (uint8 nhwc without flip: a row copy) and, on SSE2
-// builds, one 16-byte store per 4 float32 or 8 float16 elements (tails one at a time); about 45 us
-// for 224x224x3 float32 on one core of the development VM.
+// Cost: one table load per output element (uint8 nhwc without flip: a row copy) and one store
+// per 4 float32 or 8 float16 elements on SSE2 builds, per 8 uint8 on little-endian ones (tails one
+// at a time); about 45 us for 224x224x3 float32 on one core of the development VM.
 Status ApplyTransform(const TransformSpec& spec, const PreparedView& src, uint64_t sample_seed,
                       void* dst);
 
