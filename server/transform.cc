@@ -120,8 +120,8 @@ inline void StoreVector(uint16_t* out, H... halves) {
 }
 #endif
 
-// Vector kJ of a group of kLanes pixels: in NCHW channel kJ of each pixel, stored in plane kJ;
-// in NHWC the group's elements kJ * kLanes onward, stored in order.
+// Store kJ of a group of kLanes pixels (a vector, or a word for uint8): in NCHW channel kJ of each
+// pixel, in plane kJ; in NHWC the group's elements kJ * kLanes onward, in order.
 template <typename T, Layout kLayout, int kC, int kJ, size_t... kI>
 inline void StoreGroupVector(const T* lut, const uint8_t* px, ptrdiff_t step, T* out, size_t plane,
                              std::index_sequence<kI...>) {
@@ -135,7 +135,7 @@ inline void StoreGroupVector(const T* lut, const uint8_t* px, ptrdiff_t step, T*
   }
 }
 
-// A group's kLanes pixels make kC vectors in either layout.
+// A group's kLanes pixels make kC stores in either layout.
 template <typename T, Layout kLayout, int kC, size_t... kJ>
 inline void StoreGroup(const T* lut, const uint8_t* px, ptrdiff_t step, T* out, size_t plane,
                        std::index_sequence<kJ...>) {
