@@ -37,6 +37,17 @@ std::vector<T> Apply(const TransformSpec& spec, const PreparedView& src, uint64_
   return out;
 }
 
+// 1-4 channels, 1..max_height x 1..max_width, every byte drawn from rng.
+PreparedImage RandomImage(std::mt19937& rng, int max_height, int max_width) {
+  const int channels = 1 + static_cast<int>(rng() % 4);
+  const int height = 1 + static_cast<int>(rng() % max_height);
+  const int width = 1 + static_cast<int>(rng() % max_width);
+  PreparedImage img{{height, width, channels},
+                    std::vector<uint8_t>(static_cast<size_t>(height) * width * channels)};
+  for (uint8_t& b : img.pixels) b = static_cast<uint8_t>(rng());
+  return img;
+}
+
 // A seed whose draw has the given flip, so the tests do not depend on particular seed values.
 uint64_t SeedWithFlip(const TransformSpec& spec, const PreparedShape& in, bool flip) {
   for (uint64_t seed = 1;; ++seed) {
@@ -308,11 +319,8 @@ TEST(TransformTest, Float32EqualsTheFormulaBitForBit) {
   };
   int compared = 0;
   for (int trial = 0; trial < 300; ++trial) {
-    const int channels = 1 + static_cast<int>(rng() % 4);
-    const int height = 1 + static_cast<int>(rng() % 40), width = 1 + static_cast<int>(rng() % 40);
-    PreparedImage img{{height, width, channels},
-                      std::vector<uint8_t>(static_cast<size_t>(height) * width * channels)};
-    for (uint8_t& b : img.pixels) b = static_cast<uint8_t>(rng());
+    const PreparedImage img = RandomImage(rng, 40, 40);
+    const int channels = img.shape.channels, height = img.shape.height, width = img.shape.width;
     std::string steps;
     const int crop = 1 + static_cast<int>(rng() % std::min(height, width));
     if (rng() % 3 == 0) steps += "random_crop(" + std::to_string(crop) + ")|";
@@ -359,11 +367,8 @@ TEST(TransformTest, EveryLayoutEqualsTheDefinition) {
   std::mt19937 rng(40);
   int compared = 0;
   for (int trial = 0; trial < 600; ++trial) {
-    const int channels = 1 + static_cast<int>(rng() % 4);
-    const int height = 1 + static_cast<int>(rng() % 12), width = 1 + static_cast<int>(rng() % 70);
-    PreparedImage img{{height, width, channels},
-                      std::vector<uint8_t>(static_cast<size_t>(height) * width * channels)};
-    for (uint8_t& b : img.pixels) b = static_cast<uint8_t>(rng());
+    const PreparedImage img = RandomImage(rng, 12, 70);
+    const int channels = img.shape.channels, height = img.shape.height, width = img.shape.width;
     std::string steps;
     if (rng() % 2 == 0) {
       const int crop = 1 + static_cast<int>(rng() % std::min(height, width));
