@@ -26,6 +26,8 @@ PACKAGES=(
   python3-optuna
   # `carpool report`: the PNG of a status series (client/python/carpool/report.py)
   python3-matplotlib
+  # bench.stagger_floor: the linear program bounding the stagger scenario (HiGHS, SciPy >= 1.6)
+  python3-scipy
   # scripts/fetch_nvjpeg.sh (run by CMake with CUDA): pip downloads nvJPEG's wheel from PyPI into
   # the build folder, never installing it
   python3-pip

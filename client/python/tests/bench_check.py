@@ -8,7 +8,9 @@ folder:
   3. `python -m bench.gpu --smoke --scenarios n1`: the whole GPU benchmark's orchestration on the
      CPU (spawned jobs import bench.gpu's modules by name), a carpool and a DataLoader side;
      its pacing counters and --status-series; and `--mps` without a GPU refused with its reason;
-  4. bench.gpu.mps tells a running MPS daemon from none (a fake /proc).
+  4. bench.gpu.mps tells a running MPS daemon from none (a fake /proc);
+  5. bench.stagger_floor on a coarse grid: jobs in step admit the sync bound of 0.5, and with a
+     lag the lower bound (holds charged between takes) stays under the overcharged value.
 Exit 0 when all hold, 1 otherwise, 77 (skipped) when torch or torchvision is missing."""
 
 import json
@@ -70,6 +72,36 @@ def check_mps_daemon(tmp):
     print("bench.gpu.mps: the daemon found by its command line, a zombie not", flush=True)
 
 
+def check_stagger_floor(tmp):
+    """The LP at k = 1 (10 segments an epoch, seconds). Jobs in step can share every take with
+    the other job's (0.5), so the lower bound must admit that, and is under it (holds across the
+    epoch boundary cost less than they would); overcharged, the in-step pairs fill the cache
+    exactly, so nothing beats 0.5. With a lag the lower bound stays under the overcharged value.
+    A capacity row lost, or the two charges alike, breaks one of these."""
+    try:
+        import scipy  # noqa: F401  (bench.stagger_floor's LP)
+    except ImportError:
+        print("bench.stagger_floor: not checked, no SciPy (scripts/setup.sh installs "
+              "python3-scipy)")
+        return
+
+    def floor(*args):
+        r = bench(tmp, "bench.stagger_floor", "--k", "1", *args, timeout=120)
+        check(r.returncode == 0, f"bench.stagger_floor {args}: exit {r.returncode}: {r.stdout}")
+        value = re.search(r"(?:>=|overcharged:) ([0-9.]+)", r.stdout)
+        check(value, f"bench.stagger_floor {args} printed no bound: {r.stdout}")
+        return float(value.group(1))
+    lower, over = floor("--lead", "0"), floor("--lead", "0", "--charge", "all")
+    # Charged only between takes, holds across the epoch boundary come cheaper: strictly under.
+    check(lower < 0.49 and abs(over - 0.5) < 1e-3,
+          f"bench.stagger_floor --lead 0: lower {lower} (< 0.49), overcharged {over} (0.5)")
+    lag_lower, lag_over = floor("--lead", "0.6"), floor("--lead", "0.6", "--charge", "all")
+    check(lag_lower <= lag_over, f"bench.stagger_floor --lead 0.6: lower {lag_lower} over "
+          f"overcharged {lag_over}")
+    print(f"bench.stagger_floor: in step {lower} < 0.5 = {over} overcharged; lag 0.6 N between "
+          f"{lag_lower} and {lag_over}", flush=True)
+
+
 def main():
     skip = missing(["torch", "torchvision"], "python3-torch and python3-torchvision")
     if skip:
@@ -83,6 +115,7 @@ def main():
                   f"python -m bench.{name} --help: exit {r.returncode}: {r.stdout[-1500:]}")
         print(f"{len(ENTRY_POINTS)} entry points answer --help", flush=True)
         check_mps_daemon(tmp)
+        check_stagger_floor(tmp)
         out = pathlib.Path(tmp) / "smoke.json"
         series = pathlib.Path(tmp) / "series"
         r = bench(tmp, "bench.gpu", "--smoke", "--scenarios", "n1", "--max-seconds", "20",
