@@ -88,7 +88,7 @@ def main():
                     help="between: the lower bound; all: the overcharged other side")
     a = ap.parse_args()
     segments = round(a.k / a.cache)
-    lead = round(a.lead * segments)
+    lead = int(a.lead * segments + 0.5)  # to the nearest segment, halves up (round() goes to even)
     if not 0 < a.cache <= 0.5 or a.k < 1 or segments > 24 or not 0 <= lead <= segments:
         sys.exit("bench.stagger_floor: give --cache in (0, 0.5], --k >= 1 with k / cache <= 24 "
                  "segments an epoch (the LP has 4 x segments^4 unknowns), --lead in [0, 1]")
