@@ -360,9 +360,9 @@ TEST(TransformTest, Float32EqualsTheFormulaBitForBit) {
 
 // Every dtype, layout and channel count against a reference written from the definition: output
 // (y, x, c) is the table value of the window's byte at (w.y + y, w.x + x', c), x' mirrored under
-// flip. Widths 1-70 cover the 4 (float32) and 8 (float16) lanes of a 16-byte store and every tail
-// after them. The output starts as 0xA5 bytes, so an element left unwritten shows; the buffer is
-// exactly the image's size, so an overrun shows under valgrind.
+// flip. Widths 1-70 cover the 4 (float32) and 8 (float16) lanes of a 16-byte store, the 8 bytes
+// of uint8's 64-bit word, and every tail after them. The output starts as 0xA5 bytes, so an element
+// left unwritten shows; the buffer is exactly the image's size, so an overrun shows under valgrind.
 TEST(TransformTest, EveryLayoutEqualsTheDefinition) {
   std::mt19937 rng(40);
   int compared = 0;
