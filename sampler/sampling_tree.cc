@@ -96,6 +96,26 @@ Status SamplingTree::Return(JobId job, const Roaring& samples) {
   return Insert(std::move(moved));
 }
 
+Status SamplingTree::Take(JobId job, const Roaring& samples) {
+  auto it = index_.find(job);
+  if (it == index_.end()) {
+    return Status::NotFound(fmt::format("job {} is not in the sampling tree; add it first", job));
+  }
+  const Job& j = jobs_[it->second];
+  if (!samples.isSubset(j.remaining)) {
+    return Status::InvalidArgument(
+        fmt::format("job {}: {} samples to take, {} of them not in its R; only samples still to "
+                    "draw this epoch can be taken",
+                    job, samples.cardinality(), (samples - j.remaining).cardinality()));
+  }
+  if (samples.isEmpty()) return Status::OK();
+  Job moved = Erase(it->second);
+  moved.remaining -= samples;
+  moved.remaining = WithoutRuns(moved.remaining);
+  moved.size = moved.remaining.cardinality();
+  return Insert(std::move(moved));
+}
+
 size_t SamplingTree::InsertPosition(const Job& job) const {
   size_t lo = 0, hi = jobs_.size();
   while (lo < hi) {

@@ -33,6 +33,9 @@ using SampleId = uint32_t;
 struct Assignment {
   SampleId sample;
   std::vector<JobId> jobs;
+  // Set by the scheduler for a follower's copy of its leader's draw from an earlier round
+  // (docs/scheduler.md "Following a running job"): shared, though decided in a later round.
+  bool followed = false;
 };
 
 class SamplingTree {
@@ -64,6 +67,11 @@ class SamplingTree {
   // Errors: unknown id; InvalidArgument when a sample is outside the dataset or already in R.
   // Cost: a removal and an insertion, O(p) bitmap operations.
   Status Return(JobId job, const Roaring& samples);
+  // Removes samples from the job's R without a round: the scheduler's follower takes its
+  // leader's draws this way. The caller answers for the follower's permutation staying uniform.
+  // Errors: unknown id; InvalidArgument when a sample is not in R.
+  // Cost: a removal and an insertion, O(p) bitmap operations.
+  Status Take(JobId job, const Roaring& samples);
 
   // Runs one DSA round over `participants`: any subset of the jobs, in any order. Unknown ids,
   // duplicates and jobs whose R is empty are skipped. Each remaining participant is assigned

@@ -47,6 +47,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
   so.seed = options.seed;
   so.lookahead = options.lookahead;  // 0: derived from the cache and the jobs
   so.pacing = options.pacing;
+  so.follow = options.follow;
   e->scheduler_ = std::make_unique<Scheduler>(so, &e->refs_);
   cache::CacheOptions co;
   co.instance = options.instance;

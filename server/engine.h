@@ -63,6 +63,7 @@ struct EngineOptions {
   uint32_t workers = 0;  // 0: the number of cores
   uint64_t lookahead = kDefaultLookahead;  // --lookahead: an override of the derived L
   bool pacing = true;                      // --pacing on|off (docs/scheduler.md "Pacing")
+  bool follow = true;  // --follow on|off (docs/scheduler.md "Following a running job")
   uint64_t seed = 1;
   std::chrono::milliseconds tick{5};  // the coordinator's longest sleep between wakes
   std::vector<int> gpus;               // CUDA devices served (--gpus); empty: CPU batches only

@@ -5,14 +5,15 @@
 #define CARPOOL_SERVER_ENGINE_SNAPSHOT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cache/sample_cache.h"
 #include "sampler/sampling_tree.h"
-#include "server/scheduler.h"
 #include "server/gpu_service.h"
+#include "server/scheduler.h"
 
 namespace carpool {
 
@@ -37,6 +38,8 @@ struct JobSnapshot {
   double held_s = 0;         // time held back by the pacing
   double client_bound = 0;   // recent fraction of time waiting on its own client
   double pace = 0;           // samples/s while its client had a batch (Scheduler::JobStats)
+  std::optional<uint64_t> following;  // the scheduler participant whose order it copies
+  uint64_t followed = 0;              // decisions copied from a leader
 };
 
 struct EngineSnapshot {

@@ -24,6 +24,8 @@ JobSnapshot Engine::SnapshotJob(const Job& job) const {
     j.held_s = s->held;
     j.client_bound = s->client_bound;
     j.pace = s->pace;
+    if (s->leader) j.following = *s->leader;
+    j.followed = s->followed;
   }
   // A rank's share of its job's entries is 1 / world_size.
   const uint64_t total = uint64_t{job.request.epochs} * job.dataset_size;
@@ -136,7 +138,9 @@ Json JobJson(const JobSnapshot& j) {
           {"padded", j.padded},
           {"held_s", j.held_s},
           {"client_bound", j.client_bound},
-          {"pace", j.pace}};
+          {"pace", j.pace},
+          {"following", j.following ? Json(*j.following) : Json(nullptr)},
+          {"followed", j.followed}};
 }
 
 Json ServerJson(const EngineSnapshot& s) {

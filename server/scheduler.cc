@@ -51,10 +51,31 @@ struct Scheduler::Job {
   double pace_samples = 0, fed_time = 0, pace_since = 0;
   double pace() const { return fed_time > 0 ? pace_samples / fed_time : 0.0; }
   bool measured() const { return weighted_time > 0 && weighted_samples > 0; }
+  // Following (docs/scheduler.md "Following a running job"), in the job's first epoch only. Its
+  // permutation interleaves two parts: its own samples (outside the leader's dataset), each step
+  // with probability |own left| / |R|, uniformly; and the common samples in the leader's order,
+  // those the leader had not drawn at the start first, then the rest in the leader's next epoch.
+  // kClosing: it stopped while its coin had chosen the leader's order, so its next step is
+  // still a common sample (uniform over those left); re-tossing the coin would favour its own.
+  enum class Follow : uint8_t { kUndecided, kOn, kClosing, kOff };
+  Follow follow = Follow::kOff;
+  JobId leader = 0;
+  uint32_t leader_epoch = 0;  // the leader's epoch whose order it copies now
+  bool second_phase = false;  // copying the leader's next epoch (the common samples it had drawn)
+  Roaring unseen;             // common samples the leader has yet to draw in that epoch
+  Roaring own;                // samples of R outside the leader's dataset
+  Roaring common;             // its dataset within the leader's
+  std::deque<SampleId> pending;  // the leader's draws of common samples, not yet taken
+  bool awaits_leader = false;    // the next step's coin chose the leader's order
+  bool leader_drew = false;      // the leader took part in this round's draws
+  uint64_t followed = 0;         // decisions copied from the leader
 };
 
 Scheduler::Scheduler(const SchedulerOptions& options, RefCountSink* sink)
-    : options_(options), sink_(sink), tree_(options.seed) {
+    : options_(options),
+      sink_(sink),
+      tree_(options.seed),
+      follow_rng_(SplitMix64(options.seed ^ 0x666f6c6c6f77ull)) {
   if (!(options_.rate_time_constant > 0)) options_.rate_time_constant = 10.0;
   if (!(options_.prior_rate > 0)) options_.prior_rate = 1.0;
   if (!(options_.bound_time_constant > 0)) options_.bound_time_constant = 2.0;
@@ -129,6 +150,10 @@ Status Scheduler::AddJob(JobId job, const Roaring& dataset, uint32_t epochs,
   state->bound_since = now;
   state->dataset = dataset;
   state->dataset_size = dataset.cardinality();
+  // Only a fresh first epoch may follow: later epochs must be independent of earlier ones.
+  if (options_.follow && start.epoch == 0 && start.remaining == nullptr) {
+    state->follow = Job::Follow::kUndecided;
+  }
   jobs_.emplace(job, std::move(state));
   ReportAll(*tree_.RemainingSet(job), +1);
   now_ = std::max(now_, now);
@@ -147,6 +172,9 @@ Status Scheduler::RemoveJob(JobId id) {
     ReportDecided(d.sample, -1);
   }
   Status s = tree_.RemoveJob(id);
+  for (auto& [other, follower] : jobs_) {
+    if (follower->follow == Job::Follow::kOn && follower->leader == id) StopFollowing(*follower);
+  }
   jobs_.erase(id);
   RefreshRates();
   return s;
@@ -165,6 +193,25 @@ uint64_t Scheduler::UndecideTails(JobId joined, const std::function<uint64_t(Job
     if (cut == job->queue.size()) continue;
     Roaring back;
     for (size_t i = cut; i < job->queue.size(); ++i) back.add(job->queue[i].sample);
+    if (job->follow == Job::Follow::kClosing) {
+      // The steps after the cut are taken again, plain: the owed common step goes with them.
+      StopFollowing(*job);
+      job->follow = Job::Follow::kOff;
+    } else if (job->follow == Job::Follow::kOn) {
+      // A follower rewinds: its common samples go back to the front of what it copies, in order,
+      // its own ones to its own pool, and the steps are taken again with fresh coins.
+      for (size_t i = job->queue.size(); i-- > cut;) {
+        const SampleId sample = job->queue[i].sample;
+        if (job->common.contains(sample)) {
+          job->pending.push_front(sample);
+          --job->followed;
+          --followed_;
+        } else {
+          job->own.add(sample);
+        }
+      }
+      job->awaits_leader = false;
+    }
     // Refused only for a sample outside this epoch's draws, which the queue cannot hold.
     if (!tree_.Return(id, back).ok()) continue;
     while (job->queue.size() > cut) {
@@ -208,30 +255,213 @@ uint64_t Scheduler::Tick(double now, std::vector<Assignment>* decided,
       break;
     }
     participants_.clear();
+    followers_.clear();
     const uint64_t lookahead = EffectiveLookahead();
+    // A leader whose follower has run out of its draws takes part past L, up to 2L: the
+    // follower copies its order and cannot draw without it. The pacing keeps the follower within
+    // a window of the leader unless it is faster by nature; at 2L it stops following.
+    pulled_.clear();
+    for (auto& [id, job] : jobs_) {
+      if (job->follow == Job::Follow::kOn && job->pending.empty() &&
+          job->queue.size() < std::min(lookahead, job->dataset_size + 2 * job->prefetch)) {
+        pulled_.push_back(job->leader);
+      }
+    }
     for (auto& [id, job] : jobs_) {
       // Masked at L, and at an epoch of its own dataset ahead: deciding further shares nothing
       // more and only grows the queue (an idle job's reached 200,000 decisions, 0.25 s to drop
       // when it left, with 1x1 samples in a 512 MiB cache).
-      if (job->queue.size() >= std::min(lookahead, job->dataset_size + 2 * job->prefetch)) continue;
+      const bool pulled = std::find(pulled_.begin(), pulled_.end(), id) != pulled_.end();
+      if (job->queue.size() >=
+          std::min(pulled ? 2 * lookahead : lookahead, job->dataset_size + 2 * job->prefetch)) {
+        continue;
+      }
+      if (job->follow == Job::Follow::kOn && tree_.Remaining(id) == 0) StopFollowing(*job);
       MaybeResetEpoch(*job);
       if (tree_.Remaining(id) > 0) participants_.push_back(id);
     }
+    // After every epoch reset of this round, so that a leader's next epoch is seen as such.
+    for (auto& [id, job] : jobs_) {
+      if (job->follow == Job::Follow::kUndecided && job->queue.empty()) StartFollowing(*job);
+      if (job->follow == Job::Follow::kOn) UpdateFollowing(*job);
+    }
+    std::erase_if(participants_, [this](JobId id) {
+      Job* job = Find(id);
+      if (job->follow != Job::Follow::kOn && job->follow != Job::Follow::kClosing) return false;
+      followers_.push_back(job);
+      return true;
+    });
     round_.clear();
     tree_.RunRound(participants_, &round_);
     for (const Assignment& a : round_) {
-      for (JobId id : a.jobs) {
-        Job* job = Find(id);
-        AddUse(a.sample, job, job->head_seq + job->queue.size());
-        job->queue.push_back(Decision{a.sample, job->epoch});
-        ReportDecided(a.sample, +1);
-      }
+      for (JobId id : a.jobs) Decide(*Find(id), a.sample);
     }
+    FollowersTakeSteps(lookahead);
     if (decided != nullptr) decided->insert(decided->end(), round_.begin(), round_.end());
     ++rounds;
   }
   rounds_ += rounds;
   return rounds;
+}
+
+void Scheduler::Decide(Job& job, SampleId sample) {
+  AddUse(sample, &job, job.head_seq + job.queue.size());
+  job.queue.push_back(Decision{sample, job.epoch});
+  ReportDecided(sample, +1);
+}
+
+void Scheduler::DecideStep(Job& job, SampleId sample, bool followed) {
+  Decide(job, sample);
+  if (followed) {
+    ++job.followed;
+    ++followed_;
+    // For the caller: with the leader's assignment when it drew the sample in this very round.
+    for (Assignment& a : round_) {
+      if (a.sample == sample) {
+        a.jobs.push_back(job.id);
+        return;
+      }
+    }
+  }
+  round_.push_back(Assignment{sample, {job.id}, followed});
+}
+
+void Scheduler::StartFollowing(Job& job) {
+  job.follow = Job::Follow::kOff;
+  const Roaring& r = *tree_.RemainingSet(job.id);
+  Job* best = nullptr;
+  uint64_t best_common = 0;
+  for (auto& [id, other] : jobs_) {
+    // A leader draws by DSA: uniformly from its R given everything so far, which is what makes
+    // its order, restricted to the common samples, a uniform one for the follower.
+    if (other.get() == &job || other->follow != Job::Follow::kOff) continue;
+    // The common samples it would hand over: those left in its epoch, and with a next epoch
+    // the rest too.
+    const uint64_t common = other->epoch + 1 < other->epochs
+                                ? other->dataset.and_cardinality(r)
+                                : tree_.RemainingSet(id)->and_cardinality(r);
+    if (common > best_common) {
+      best = other.get();
+      best_common = common;
+    }
+  }
+  if (best == nullptr) return;
+  job.follow = Job::Follow::kOn;
+  job.leader = best->id;
+  job.leader_epoch = best->epoch;
+  job.second_phase = false;
+  job.unseen = *tree_.RemainingSet(best->id) & r;
+  job.own = r - best->dataset;
+  job.common = r & best->dataset;
+  job.pending.clear();
+  job.awaits_leader = false;
+}
+
+void Scheduler::StopFollowing(Job& job) {
+  // What it had not taken stays in its R, drawn uniformly from here on (plain DSA), after the
+  // common step its coin may owe.
+  job.follow =
+      job.awaits_leader && tree_.Remaining(job.id) > 0 ? Job::Follow::kClosing : Job::Follow::kOff;
+  job.unseen = Roaring();
+  job.own = Roaring();
+  job.pending.clear();
+  job.awaits_leader = false;
+  if (job.follow == Job::Follow::kOff) job.common = Roaring();
+}
+
+void Scheduler::UpdateFollowing(Job& job) {
+  const Job* leader = Find(job.leader);
+  if (leader == nullptr || tree_.Remaining(job.id) == 0) {
+    StopFollowing(job);
+  } else if (leader->epoch == job.leader_epoch + 1 && !job.second_phase) {
+    // The leader drew its whole epoch, so every common sample it had left is handed over; the
+    // rest (those it drew before the job came) follow its new epoch's order, which DSA makes
+    // independent of the old one.
+    job.second_phase = true;
+    job.leader_epoch = leader->epoch;
+    Roaring handed;
+    for (SampleId sample : job.pending) handed.add(sample);
+    job.unseen = (*tree_.RemainingSet(job.id) & leader->dataset) - handed;
+  } else if (leader->epoch != job.leader_epoch) {
+    StopFollowing(job);
+  }
+}
+
+void Scheduler::FollowersTakeSteps(uint64_t lookahead) {
+  const size_t drawn = round_.size();  // the tree's assignments; followers' come after
+  for (auto& [id, job] : jobs_) {
+    if (job->follow != Job::Follow::kOn) continue;
+    job->leader_drew = false;
+    for (size_t i = 0; i < drawn; ++i) {
+      const Assignment& a = round_[i];
+      if (std::find(a.jobs.begin(), a.jobs.end(), job->leader) == a.jobs.end()) continue;
+      job->leader_drew = true;
+      if (job->unseen.contains(a.sample)) {
+        job->unseen.remove(a.sample);
+        job->pending.push_back(a.sample);
+      }
+    }
+  }
+  Roaring took;
+  for (Job* job : followers_) {
+    took = Roaring();
+    TakeClosingStep(*job, took);
+    if (job->follow != Job::Follow::kOn) {
+      if (!took.isEmpty()) (void)tree_.Take(job->id, took);
+      continue;
+    }
+    const size_t limit = std::min(lookahead, job->dataset_size + 2 * job->prefetch);
+    uint64_t left = tree_.Remaining(job->id);
+    while (job->queue.size() < limit && left > 0) {
+      if (!job->awaits_leader) {
+        // One uniform pick decides both the coin (own with probability |own| / |R|) and, when
+        // own, which one.
+        const uint64_t pick = follow_rng_.Uniform(left);
+        uint32_t sample = 0;
+        if (pick < job->own.cardinality() &&
+            job->own.select(static_cast<uint32_t>(pick), &sample)) {
+          job->own.remove(sample);
+          took.add(sample);
+          --left;
+          DecideStep(*job, sample, false);
+          continue;
+        }
+        job->awaits_leader = true;
+      }
+      if (job->pending.empty()) {
+        // Wait for the leader's next common draw, unless it cannot come: the leader is masked,
+        // out of samples, or has handed over every common sample.
+        const Job* leader = Find(job->leader);
+        const bool more = !job->unseen.isEmpty() || (!job->second_phase && leader != nullptr &&
+                                                     leader->epoch + 1 < leader->epochs);
+        if (!job->leader_drew || !more) {
+          StopFollowing(*job);
+          TakeClosingStep(*job, took);
+        }
+        break;
+      }
+      const SampleId sample = job->pending.front();
+      job->pending.pop_front();
+      job->awaits_leader = false;
+      took.add(sample);
+      --left;
+      DecideStep(*job, sample, true);
+    }
+    if (!took.isEmpty()) (void)tree_.Take(job->id, took);  // each was in its R
+  }
+}
+
+void Scheduler::TakeClosingStep(Job& job, Roaring& took) {
+  if (job.follow != Job::Follow::kClosing) return;
+  const Roaring left = (*tree_.RemainingSet(job.id) - took) & job.common;
+  uint32_t sample = 0;
+  if (!left.isEmpty() &&
+      left.select(static_cast<uint32_t>(follow_rng_.Uniform(left.cardinality())), &sample)) {
+    took.add(sample);
+    DecideStep(job, sample, false);
+  }
+  job.follow = Job::Follow::kOff;
+  job.common = Roaring();
 }
 
 bool Scheduler::NextBatch(JobId id, size_t b, std::vector<Decision>* out, size_t skip) const {
@@ -446,6 +676,8 @@ Result<Scheduler::JobStats> Scheduler::Stats(JobId id) const {
   s.client_bound = job->observed_time > 0 ? job->bound_time / job->observed_time : 0;
   s.pace = job->pace();
   s.behind = job->behind;
+  if (job->follow == Job::Follow::kOn) s.leader = job->leader;
+  s.followed = job->followed;
   return s;
 }
 

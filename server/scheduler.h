@@ -37,6 +37,7 @@
 
 #include "cache/cache_index.h"
 #include "carpool/status.h"
+#include "sampler/rng.h"
 #include "sampler/sampling_tree.h"
 
 namespace carpool {
@@ -124,6 +125,11 @@ struct SchedulerOptions {
   // every jitter lead escapes the window (an Optuna sweep of 8 trials on 2 cores: 5,330 lifts).
   double faster_margin = 0.2;
   double pace_time_constant = 5.0;  // clock units
+  // Following (docs/scheduler.md "Following a running job"): a new job's first epoch copies a
+  // running job's draws of the samples they have in common, in that job's order, so the two
+  // take them together even though the new job joined mid-epoch. Its own samples fall at
+  // uniformly random positions, so the permutation stays uniform; later epochs are plain DSA.
+  bool follow = true;
 };
 
 // What a job's client was doing since the engine last looked (Scheduler::NoteClient).
@@ -169,6 +175,9 @@ class Scheduler : public cache::NextUseOracle {
     // Its natural speed: samples per clock unit of the time its client was not starved (0: not
     // measured yet). Holding a job starves it, so unlike `rate` the pacing does not lower this.
     double pace = 0;
+    // The job whose draws it copies in its first epoch (Following), if any.
+    std::optional<JobId> leader;
+    uint64_t followed = 0;  // decisions copied from a leader so far
   };
 
   // REQUIRES: `sink` (may be null: counts are not reported) outlives the scheduler.
@@ -281,6 +290,7 @@ class Scheduler : public cache::NextUseOracle {
   Result<JobStats> Stats(JobId job) const;
   uint64_t lookahead() const { return EffectiveLookahead(); }
   uint64_t rounds() const { return rounds_; }
+  uint64_t followed() const { return followed_; }  // decisions copied from leaders, all jobs
   const SamplingTree& tree() const { return tree_; }
 
  private:
@@ -309,6 +319,24 @@ class Scheduler : public cache::NextUseOracle {
   uint64_t Window(uint64_t batch, uint64_t pinned) const;
   uint64_t MaxPrefetch() const;  // over the jobs: O(jobs)
   void ReportAll(const Roaring& set, int64_t delta) const;
+  // Following: picks the leader of a job's first epoch (the running job, not itself following,
+  // whose draws would give it the most common samples), or none. O(jobs) bitmap operations.
+  void StartFollowing(Job& job);
+  void StopFollowing(Job& job);
+  // Before a round: the leader moved into its next epoch (the rest of the common samples follow
+  // its new order) or left. O(1), or one bitmap difference at the switch.
+  void UpdateFollowing(Job& job);
+  // After the tree's round: the leaders' draws go to their followers, then each follower takes
+  // its steps. O(followers x (draws taken + log)).
+  void FollowersTakeSteps(uint64_t lookahead);
+  // A follower that stopped while its coin owed a common step takes it: a sample uniform over
+  // the common ones left in R (less `took`, this round's). Then it is plain. O(R) bitmap work.
+  void TakeClosingStep(Job& job, Roaring& took);
+  // One decision: the queue entry, its use and its decided count.
+  void Decide(Job& job, SampleId sample);
+  // A follower's step: Decide, and its assignment for Tick's caller (with the leader's when it
+  // drew the sample in this round; a follower's assignments of one round may be out of its order).
+  void DecideStep(Job& job, SampleId sample, bool followed);
 
   SchedulerOptions options_;
   RefCountSink* sink_;
@@ -329,6 +357,10 @@ class Scheduler : public cache::NextUseOracle {
   std::vector<JobId> participants_;
   std::vector<const Job*> laggers_;  // MayTake's
   std::vector<Assignment> round_;
+  std::vector<Job*> followers_;  // this round's, not masked
+  std::vector<JobId> pulled_;    // leaders taking part past L for a follower
+  Rng follow_rng_;               // the followers' coins and own draws
+  uint64_t followed_ = 0;
 };
 
 }  // namespace carpool

@@ -81,12 +81,17 @@ bool AddRandomJob(Scheduler& s, std::mt19937_64& gen, JobId id, uint32_t spread,
   return s.AddJob(id, ds, 1 + gen() % 3, 1 + gen() % 8, now).ok();
 }
 
+// With following on, half the trials: a leader pulled for its follower may hold up to 2L.
 TEST(SchedulerTest, RefCountsMatchRecountUnderRandomOperations) {
   std::mt19937_64 gen(42);
-  for (int trial = 0; trial < 20; ++trial) {
+  uint64_t followed = 0;
+  for (int trial = 0; trial < 40; ++trial) {
     CountingSink sink;
     const uint64_t lookahead = 1 + gen() % 24;
-    Scheduler s(Opts(lookahead, trial), &sink);
+    SchedulerOptions options = Opts(lookahead, trial);
+    options.follow = trial % 2 == 0;
+    const uint64_t bound = options.follow ? 2 * lookahead : lookahead;
+    Scheduler s(options, &sink);
     JobId next_id = 1;
     double now = 0;
     for (int op = 0; op < 300; ++op) {
@@ -119,11 +124,13 @@ TEST(SchedulerTest, RefCountsMatchRecountUnderRandomOperations) {
         }
       }
       ASSERT_EQ(sink.counts, Recount(s)) << "trial " << trial << " op " << op;
-      for (JobId j : s.Jobs()) ASSERT_LE(s.Queue(j)->size(), lookahead);
+      for (JobId j : s.Jobs()) ASSERT_LE(s.Queue(j)->size(), bound);
     }
+    followed += s.followed();
     for (JobId j : s.Jobs()) ASSERT_TRUE(s.RemoveJob(j).ok());
     EXPECT_TRUE(sink.counts.empty()) << "removing every job must release every reference";
   }
+  EXPECT_GT(followed, 100u) << "the churn must exercise followers";
 }
 
 // Queue entries per sample, from the scheduler's state.

@@ -34,6 +34,7 @@ SchedulerOptions ToSchedulerOptions(const SchedulerSimOptions& o) {
   s.rate_time_constant = o.rate_time_constant;
   s.prior_rate = 1.0;
   s.pacing = o.pacing;
+  s.follow = o.follow;
   return s;
 }
 
@@ -89,6 +90,7 @@ class Sim {
     result_.rounds = scheduler_.rounds();
     const PacingStats pacing = scheduler_.pacing();
     result_.holds = pacing.holds;
+    result_.followed = scheduler_.followed();
     result_.lifts = pacing.lifts;
     result_.evictions = index_.stats().evictions;
     result_.belady_preparations = BeladyMin(requests_, options_.cache_samples).misses;
@@ -170,7 +172,7 @@ class Sim {
     decided_.clear();
     scheduler_.Tick(static_cast<double>(t), &decided_);
     for (const Assignment& a : decided_) {
-      for (JobId id : a.jobs) jobs_[id - 1].shared.push_back(a.jobs.size() > 1);
+      for (JobId id : a.jobs) jobs_[id - 1].shared.push_back(a.jobs.size() > 1 || a.followed);
     }
   }
 

@@ -57,6 +57,7 @@ struct SchedulerSimOptions {
   // Samples per batch: the unit of MayTake and of pinning. 0: a job's deliveries of one tick.
   uint64_t batch = 0;
   bool pacing = true;  // SchedulerOptions::pacing; needs a cache (the capacity is its window)
+  bool follow = true;  // SchedulerOptions::follow: a new job's first epoch copies a running job's
 };
 
 // One delivery, in simulated order.
@@ -109,6 +110,7 @@ struct SchedulerSimResult {
   uint64_t window = 0;
   uint64_t max_owed = 0;
   uint64_t holds = 0;
+  uint64_t followed = 0;  // decisions copied from a leader (Scheduler::followed)
   uint64_t lifts = 0;
   std::vector<Job> jobs;
   std::vector<SampleId> requests;  // the delivered samples in order, with keep_requests

@@ -101,7 +101,8 @@ void InstallCrashReport() {
 int Serve(int argc, char** argv) {
   std::string state_dir, socket, cache_size = "1GiB", policy = "refcnt", lease = "2s";
   std::string gpus = "all", gpu_cache_size = "2GiB", metrics, rank_join_timeout = "60s", group;
-  std::string pacing = "on", gpu_decode = "auto", gpu_decode_memory = "512MiB", job_decode = "on";
+  std::string pacing = "on", follow = "on", gpu_decode = "auto", gpu_decode_memory = "512MiB",
+              job_decode = "on";
   uint32_t workers = 0, max_jobs = ControlPlaneOptions{}.max_jobs;
   uint64_t lookahead = kDefaultLookahead, seed = 1, partition_seed = kDefaultPartitionSeed;
   po::options_description opts;
@@ -122,7 +123,11 @@ int Serve(int argc, char** argv) {
       "pacing", po::value(&pacing),
       "on | off: hold a job that leads the jobs sharing its samples by more than the cache can "
       "hold for them (docs/scheduler.md); off is for comparison (default on)")(
-      "policy", po::value(&policy), "eviction policy: refcnt | next-use | lru (default refcnt)")(
+      "follow", po::value(&follow),
+      "on | off: a job joining mid-epoch copies a running job's order in its first epoch, so "
+      "the two take their common samples together (docs/scheduler.md); off is for comparison "
+      "(default on)")("policy", po::value(&policy),
+                      "eviction policy: refcnt | next-use | lru (default refcnt)")(
       "seed", po::value(&seed), "the sampling tree's seed (default 1)")(
       "lease", po::value(&lease), "remove a job silent this long, e.g. 2s or 500ms (default 2s)")(
       "max-jobs", po::value(&max_jobs),
@@ -196,6 +201,10 @@ int Serve(int argc, char** argv) {
         fmt::format("--pacing \"{}\": use on or off", pacing)));
   }
   eo.pacing = pacing == "on";
+  if (follow != "on" && follow != "off") {
+    return Fail(Status::InvalidArgument(fmt::format("--follow \"{}\": use on or off", follow)));
+  }
+  eo.follow = follow == "on";
   if (job_decode != "on" && job_decode != "off") {
     return Fail(Status::InvalidArgument(fmt::format(
         "--job-decode {}: use on or off", job_decode)));
@@ -301,12 +310,11 @@ int Serve(int argc, char** argv) {
   if (!plane.ok()) return Fail(plane.status());
   log::Info(
       "server {} listening on {} (cache {} bytes{}, policy {}, {} workers, look-ahead {}, pacing "
-      "{}, lease {} ms, GPUs: {})",
+      "{}, follow {}, lease {} ms, GPUs: {})",
       eo.instance, *socket_path, eo.cache_bytes,
-      (*engine)->cache_segment().empty() ? ", disabled"
-                                         : ", segment " + (*engine)->cache_segment(),
+      (*engine)->cache_segment().empty() ? ", disabled" : ", segment " + (*engine)->cache_segment(),
       policy, eo.workers == 0 ? std::thread::hardware_concurrency() : eo.workers,
-      eo.lookahead == 0 ? std::string("derived") : std::to_string(eo.lookahead), pacing,
+      eo.lookahead == 0 ? std::string("derived") : std::to_string(eo.lookahead), pacing, follow,
       lease_ms->count(), eo.gpus.empty() ? "none" : fmt::format("{}", fmt::join(eo.gpus, ",")));
 
   int signal = 0;

@@ -59,8 +59,11 @@ void PrintText(const SchedulerSimResult& r, const CacheModeOptions& o) {
   const std::string capacity =
       o.prep_capacity == 0 ? std::string("unlimited") : fmt::format("{}/tick", o.prep_capacity);
   const std::string batch = o.batch == 0 ? std::string("per tick") : std::to_string(o.batch);
-  fmt::print("jitter {} (every {} ticks), prep capacity {}, batch {}, pacing {} (window {})\n",
-             o.jitter, o.jitter_period, capacity, batch, OnOff(o.pacing), r.window);
+  fmt::print(
+      "jitter {} (every {} ticks), prep capacity {}, batch {}, pacing {} (window {}), follow {} "
+      "({} decisions copied)\n",
+      o.jitter, o.jitter_period, capacity, batch, OnOff(o.pacing), r.window, OnOff(o.follow),
+      r.followed);
   fmt::print("ticks                       {}\n", r.ticks);
   fmt::print("rounds                      {}\n", r.rounds);
   fmt::print("deliveries                  {}\n", r.deliveries);
@@ -97,35 +100,37 @@ void PrintJson(const SchedulerSimResult& r, const CacheModeOptions& o) {
                     {"held_ticks", j.held_ticks},
                     {"starved_ticks", j.starved_ticks}});
   }
-  const Json summary = {{"mode", "cache"},
-                        {"cache", o.cache},
-                        {"policy", std::string(cache::EvictionPolicyName(o.policy))},
-                        {"lookahead", r.lookahead},
-                        {"lookahead_derived", o.lookahead == 0},
-                        {"prefetch", TriggerDepth(o)},
-                        {"jitter", o.jitter},
-                        {"jitter_period", o.jitter_period},
-                        {"prep_capacity", o.prep_capacity},
-                        {"batch", o.batch},
-                        {"pacing", OnOff(o.pacing)},
-                        {"window", r.window},
-                        {"ticks", r.ticks},
-                        {"rounds", r.rounds},
-                        {"deliveries", r.deliveries},
-                        {"hits", r.hits},
-                        {"preparations", r.preparations},
-                        {"prepared_ahead", r.prepared_ahead},
-                        {"preparations_per_delivery", Ratio(r.preparations, r.deliveries)},
-                        {"evictions", r.evictions},
-                        {"belady_preparations", r.belady_preparations},
-                        {"belady_preparations_per_delivery",
-                         Ratio(r.belady_preparations, r.deliveries)},
-                        {"sharing_ratio", Ratio(r.deliveries, r.preparations)},
-                        {"shared_round_fraction", Ratio(r.shared_deliveries, r.deliveries)},
-                        {"holds", r.holds},
-                        {"lifts", r.lifts},
-                        {"max_owed", r.max_owed},
-                        {"jobs", std::move(jobs)}};
+  const Json summary = {
+      {"mode", "cache"},
+      {"cache", o.cache},
+      {"policy", std::string(cache::EvictionPolicyName(o.policy))},
+      {"lookahead", r.lookahead},
+      {"lookahead_derived", o.lookahead == 0},
+      {"prefetch", TriggerDepth(o)},
+      {"jitter", o.jitter},
+      {"jitter_period", o.jitter_period},
+      {"prep_capacity", o.prep_capacity},
+      {"batch", o.batch},
+      {"pacing", OnOff(o.pacing)},
+      {"follow", OnOff(o.follow)},
+      {"followed", r.followed},
+      {"window", r.window},
+      {"ticks", r.ticks},
+      {"rounds", r.rounds},
+      {"deliveries", r.deliveries},
+      {"hits", r.hits},
+      {"preparations", r.preparations},
+      {"prepared_ahead", r.prepared_ahead},
+      {"preparations_per_delivery", Ratio(r.preparations, r.deliveries)},
+      {"evictions", r.evictions},
+      {"belady_preparations", r.belady_preparations},
+      {"belady_preparations_per_delivery", Ratio(r.belady_preparations, r.deliveries)},
+      {"sharing_ratio", Ratio(r.deliveries, r.preparations)},
+      {"shared_round_fraction", Ratio(r.shared_deliveries, r.deliveries)},
+      {"holds", r.holds},
+      {"lifts", r.lifts},
+      {"max_owed", r.max_owed},
+      {"jobs", std::move(jobs)}};
   fmt::print("{}\n", summary.dump());
 }
 
@@ -152,6 +157,7 @@ int RunCacheMode(const std::vector<SimJob>& jobs, const CacheModeOptions& option
   o.prep_capacity = options.prep_capacity;
   o.batch = options.batch;
   o.pacing = options.pacing;
+  o.follow = options.follow;
   // Bad options fail before the traces are created.
   if (Status s = ValidateSchedulerSim(specs, o); !s.ok()) return Fail(s);
   Result<File> trace = OpenTrace("--trace", options.trace_path, "tick,job,epoch,sample,hit");

@@ -27,6 +27,7 @@ struct CacheModeOptions {
   double prep_capacity = 0;  // preparations per tick; 0: unlimited
   uint64_t batch = 0;        // 0: a job's deliveries of one tick
   bool pacing = true;
+  bool follow = true;
   std::string trace_path;       // CSV tick,job,epoch,sample,hit; empty: none
   std::string tick_trace_path;  // CSV tick,job,delivered,held,starved,queued,owed,credit
   bool json = false;

@@ -149,7 +149,7 @@ struct FileCloser {
 int Sim(int argc, char** argv) {
   std::vector<std::string> job_args;
   uint64_t epochs = 1, seed = 1;
-  std::string trace_path, state_dir, policy = "next-use", pacing = "on";
+  std::string trace_path, state_dir, policy = "next-use", pacing = "on", follow = "on";
   CacheModeOptions cache_mode;
   uint32_t nodes = 1;
   uint64_t partition_seed = kDefaultPartitionSeed;
@@ -182,6 +182,8 @@ int Sim(int argc, char** argv) {
                     "cache mode: samples per batch, taken and pinned together (0: a job's "
                     "deliveries of one tick)")(
       "pacing", po::value(&pacing), "cache mode: on | off, the scheduler's coupled pacing (on)")(
+      "follow", po::value(&follow),
+      "cache mode: on | off, a new job's first epoch follows a running job's order (on)")(
       "tick-trace", po::value(&cache_mode.tick_trace_path),
       "cache mode: write tick,job,delivered,held,starved,queued,owed,credit CSV to FILE");
   po::variables_map vm;
@@ -194,7 +196,7 @@ int Sim(int argc, char** argv) {
   }
   bool with_cache = false;
   for (const char* flag : {"cache", "policy", "lookahead", "prefetch", "jitter", "jitter-period",
-                           "prep-capacity", "batch", "pacing", "tick-trace"}) {
+                           "prep-capacity", "batch", "pacing", "follow", "tick-trace"}) {
     with_cache |= vm.count(flag) != 0;
   }
   Result<std::vector<SimJob>> jobs = BuildJobs(
@@ -219,6 +221,10 @@ int Sim(int argc, char** argv) {
       return Fail(Status::InvalidArgument(fmt::format("--pacing \"{}\": use on or off", pacing)));
     }
     cache_mode.pacing = pacing == "on";
+    if (follow != "on" && follow != "off") {
+      return Fail(Status::InvalidArgument(fmt::format("--follow \"{}\": use on or off", follow)));
+    }
+    cache_mode.follow = follow == "on";
     cache_mode.policy = *p;
     cache_mode.epochs = epochs;
     cache_mode.seed = seed;
