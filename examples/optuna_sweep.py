@@ -229,7 +229,7 @@ def run_sweep(args, work):
     print(f"base dataset {args.base}: {samples} samples; {cache['description']}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # this script prints the summary
     with carpool.Server(args.state_dir, log=str(work / "server.log"),
-                        cache_size=cache["cache_size"]) as server:
+                        cache_size=cache["cache_size"], follow=args.follow) as server:
         args.socket = server.socket
         optuna.create_study(study_name=args.study, storage=storage(args.journal),
                             direction="maximize")
@@ -398,6 +398,9 @@ def parse_args():
                     help="the class subsets trials pick from: drop (the set without one group of "
                          "classes; default) or halves (about half the classes each)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--follow", choices=("on", "off"), default="on",
+                    help="the server's --follow: a trial joining mid-epoch copies a running "
+                    "trial's order in its first epoch (off: for comparison)")
     ap.add_argument("--state-dir", type=pathlib.Path,
                     help="the catalog and the server's socket (default: a temporary dir)")
     ap.add_argument("--prefix", help="name prefix of the sweep's datasets (default sweep-<time>-)")

@@ -207,7 +207,7 @@ def run_sweep(args):
              include_dashboard=False, runtime_env={"env_vars": env}, log_to_driver=False)
     try:
         nodes = carpool.ray.start_servers(args.state_dir, functools.partial(node_setup, args, data),
-                                          cache_size=cache["cache_size"])
+                                          cache_size=cache["cache_size"], follow=args.follow)
         print(f"carpool servers on {len(nodes)} Ray node(s): "
               f"{', '.join(s for s, _ in nodes.values())}", flush=True)
         t0 = time.monotonic()
@@ -316,6 +316,9 @@ def parse_args():
                     "default: a local Ray started here with --parallel CPUs")
     ap.add_argument("--state-dir", type=pathlib.Path,
                     help="each node's catalog and socket (default: a temporary dir)")
+    ap.add_argument("--follow", choices=("on", "off"), default="on",
+                    help="the servers' --follow: a trial joining mid-epoch copies a running "
+                    "trial's order in its first epoch (off: for comparison)")
     ap.add_argument("--record", metavar="FILE",
                     help="record each node's server status every second (FILE, or FILE.<node id> "
                          "on several nodes) and print the sharing bound of the jobs it saw")

@@ -14,6 +14,7 @@ namespace carpool {
 
 namespace {
 constexpr double kMinRate = 1e-9;  // keeps deadlines finite for a job that stopped consuming
+constexpr double kFollowGain = 1.25;  // following must beat DSA's same-round sharing by this
 }  // namespace
 
 struct Scheduler::Job {
@@ -257,32 +258,20 @@ uint64_t Scheduler::Tick(double now, std::vector<Assignment>* decided,
     participants_.clear();
     followers_.clear();
     const uint64_t lookahead = EffectiveLookahead();
-    // A leader whose follower has run out of its draws takes part past L, up to 2L: the
-    // follower copies its order and cannot draw without it. The pacing keeps the follower within
-    // a window of the leader unless it is faster by nature; at 2L it stops following.
-    pulled_.clear();
     for (auto& [id, job] : jobs_) {
-      if (job->follow == Job::Follow::kOn && job->pending.empty() &&
-          job->queue.size() < std::min(lookahead, job->dataset_size + 2 * job->prefetch)) {
-        pulled_.push_back(job->leader);
-      }
+      if (job->follow == Job::Follow::kUndecided) StartFollowing(*job);  // its first round
     }
     for (auto& [id, job] : jobs_) {
       // Masked at L, and at an epoch of its own dataset ahead: deciding further shares nothing
       // more and only grows the queue (an idle job's reached 200,000 decisions, 0.25 s to drop
       // when it left, with 1x1 samples in a 512 MiB cache).
-      const bool pulled = std::find(pulled_.begin(), pulled_.end(), id) != pulled_.end();
-      if (job->queue.size() >=
-          std::min(pulled ? 2 * lookahead : lookahead, job->dataset_size + 2 * job->prefetch)) {
-        continue;
-      }
+      if (job->queue.size() >= std::min(lookahead, job->dataset_size + 2 * job->prefetch)) continue;
       if (job->follow == Job::Follow::kOn && tree_.Remaining(id) == 0) StopFollowing(*job);
       MaybeResetEpoch(*job);
       if (tree_.Remaining(id) > 0) participants_.push_back(id);
     }
     // After every epoch reset of this round, so that a leader's next epoch is seen as such.
     for (auto& [id, job] : jobs_) {
-      if (job->follow == Job::Follow::kUndecided && job->queue.empty()) StartFollowing(*job);
       if (job->follow == Job::Follow::kOn) UpdateFollowing(*job);
     }
     std::erase_if(participants_, [this](JobId id) {
@@ -331,6 +320,7 @@ void Scheduler::StartFollowing(Job& job) {
   const Roaring& r = *tree_.RemainingSet(job.id);
   Job* best = nullptr;
   uint64_t best_common = 0;
+  const double size = static_cast<double>(r.cardinality());
   for (auto& [id, other] : jobs_) {
     // A leader draws by DSA: uniformly from its R given everything so far, which is what makes
     // its order, restricted to the common samples, a uniform one for the follower.
@@ -340,6 +330,15 @@ void Scheduler::StartFollowing(Job& job) {
     const uint64_t common = other->epoch + 1 < other->epochs
                                 ? other->dataset.and_cardinality(r)
                                 : tree_.RemainingSet(id)->and_cardinality(r);
+    // Worth it only against a job out of step: for one in step, DSA already takes the common
+    // sample in the same round as often as following would (|common| / |D| of the steps), and
+    // following adds drift where the datasets differ in size. Follow where the copies beat
+    // DSA's first rounds, P(same sample) = |R_other ∩ D| / max(|R_other|, |D|), by a quarter.
+    const Roaring& other_r = *tree_.RemainingSet(id);
+    const double dsa = static_cast<double>(other_r.and_cardinality(r)) /
+                       std::max<double>(static_cast<double>(other_r.cardinality()), size);
+    const double copies = static_cast<double>(other->dataset.and_cardinality(r)) / size;
+    if (copies < kFollowGain * dsa) continue;
     if (common > best_common) {
       best = other.get();
       best_common = common;

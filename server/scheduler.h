@@ -358,7 +358,6 @@ class Scheduler : public cache::NextUseOracle {
   std::vector<const Job*> laggers_;  // MayTake's
   std::vector<Assignment> round_;
   std::vector<Job*> followers_;  // this round's, not masked
-  std::vector<JobId> pulled_;    // leaders taking part past L for a follower
   Rng follow_rng_;               // the followers' coins and own draws
   uint64_t followed_ = 0;
 };

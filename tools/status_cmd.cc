@@ -80,15 +80,17 @@ void PrintTable(const Json& s) {
                                                                                            : "off",
              Str(pacing, "window"), Str(pacing, "capacity_samples"), Str(pacing, "owed"),
              Str(pacing, "holds"), Str(pacing, "lifts"));
-  fmt::print("\n{:>4} {:<20} {:>6} {:>7} {:>9} {:>10} {:>7} {:>11} {:>8} {:>7}\n", "job",
+  fmt::print("\n{:>4} {:<20} {:>6} {:>7} {:>9} {:>10} {:>7} {:>11} {:>8} {:>7} {:>8}\n", "job",
              "dataset", "batch", "epoch", "progress", "rate/s", "queue", "deliveries", "skipped",
-             "held/s");
+             "held/s", "follows");
   for (const Json& j : Items(s, "jobs")) {
-    fmt::print("{:>4} {:<20} {:>6} {:>7} {:>8.1f}% {:>10} {:>7} {:>11} {:>8} {:>7.2f}\n",
+    const Json& leader = Field(j, "following");
+    fmt::print("{:>4} {:<20} {:>6} {:>7} {:>8.1f}% {:>10} {:>7} {:>11} {:>8} {:>7.2f} {:>8}\n",
                Str(j, "id"), Str(j, "dataset"), Str(j, "batch_size"),
                fmt::format("{}/{}", Number(j, "epoch") + 1, Str(j, "epochs")),
                100 * Number(j, "progress"), Str(j, "rate"), Str(j, "queue_depth"),
-               Str(j, "deliveries"), Str(j, "skipped"), Number(j, "held_s"));
+               Str(j, "deliveries"), Str(j, "skipped"), Number(j, "held_s"),
+               leader.is_number() ? Str(leader) : "-");
   }
   if (Items(s, "jobs").empty()) fmt::print("   (no jobs)\n");
   const Json& c = Field(s, "cache");
