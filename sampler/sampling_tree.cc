@@ -108,12 +108,40 @@ Status SamplingTree::Take(JobId job, const Roaring& samples) {
                     "draw this epoch can be taken",
                     job, samples.cardinality(), (samples - j.remaining).cardinality()));
   }
-  if (samples.isEmpty()) return Status::OK();
-  Job moved = Erase(it->second);
-  moved.remaining -= samples;
-  moved.remaining = WithoutRuns(moved.remaining);
-  moved.size = moved.remaining.cardinality();
-  return Insert(std::move(moved));
+  // Each sample moves as a round's draw by this job alone would move it (ApplyDraw), then the
+  // job's new size is sorted in: far cheaper than a removal and an insertion, which rebuild the
+  // nodes below it (a follower takes a few samples every round).
+  const size_t p = it->second;
+  for (SampleId x : samples) TakeOne(p, x);
+  Resort();
+  return Status::OK();
+}
+
+void SamplingTree::TakeOne(size_t p, SampleId x) {
+  Job& job = jobs_[p];
+  job.remaining.remove(x);
+  --job.size;
+  if (job.leaf.contains(x)) {
+    job.leaf.remove(x);
+    --job.leaf_size;
+    return;
+  }
+  for (size_t q = 0; q <= p; ++q) {
+    if (!spine_[q].contains(x)) continue;
+    // Still needed by the jobs in [q, n) but p: those before p hold it in their leaves now, the
+    // rest in N_{p+1}.
+    spine_[q].remove(x);
+    --spine_size_[q];
+    for (size_t r = q; r < p; ++r) {
+      jobs_[r].leaf.add(x);
+      ++jobs_[r].leaf_size;
+    }
+    if (p + 1 < jobs_.size()) {
+      spine_[p + 1].add(x);
+      ++spine_size_[p + 1];
+    }
+    return;
+  }
 }
 
 size_t SamplingTree::InsertPosition(const Job& job) const {

@@ -70,7 +70,7 @@ class SamplingTree {
   // Removes samples from the job's R without a round: the scheduler's follower takes its
   // leader's draws this way. The caller answers for the follower's permutation staying uniform.
   // Errors: unknown id; InvalidArgument when a sample is not in R.
-  // Cost: a removal and an insertion, O(p) bitmap operations.
+  // Cost: O(p) bitmap lookups per sample, plus one adjacent swap per job it passes in the order.
   Status Take(JobId job, const Roaring& samples);
 
   // Runs one DSA round over `participants`: any subset of the jobs, in any order. Unknown ids,
@@ -132,6 +132,8 @@ class SamplingTree {
   // Swaps the jobs at positions p and p+1, touching only N_{p+1}, N_{p+2}, L_p and L_{p+1}.
   void SwapAdjacent(size_t p);
   void ApplyDraw(const Draw& d);
+  // Take's move of one sample x of the R of the job at position p (no re-sort).
+  void TakeOne(size_t p, SampleId x);
   // The leaf draw of position q in a round whose latest leaf draw was x, at position p:
   // uniform over L_q, and x itself with the highest probability that allows,
   // |L_p ∩ L_q| / max(|L_p|, |L_q|) over x's draw (a maximal coupling). Nothing else in the round

@@ -47,6 +47,15 @@ class Mirror {
     ASSERT_TRUE(tree_->ResetEpoch(id).ok());
     r_[id] = datasets_[id];
   }
+  // Takes a random part of the job's R without a round (a follower's steps).
+  void Take(JobId id, std::mt19937_64& gen) {
+    Roaring part;
+    for (uint32_t x : r_[id]) {
+      if (gen() % 3 == 0) part.add(x);
+    }
+    ASSERT_TRUE(tree_->Take(id, part).ok());
+    for (uint32_t x : part) r_[id].erase(x);
+  }
   // Runs a round and checks: each participant with a non-empty R got exactly one sample of its
   // R, nobody else got one, and each Assignment lists distinct jobs.
   void Round(const std::vector<JobId>& participants) {
@@ -131,7 +140,7 @@ TEST(SamplingTreeTest, AcceptsRunCompressedDatasets) {
 // Random sequences of masked rounds, adds, removes and epoch resets; the incremental nodes must
 // equal the from-scratch definition after every operation.
 TEST(SamplingTreeTest, IncrementalNodesMatchReference) {
-  uint64_t swaps = 0, rounds = 0, adds = 0, removes = 0, resets = 0;
+  uint64_t swaps = 0, rounds = 0, adds = 0, removes = 0, resets = 0, takes = 0;
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     std::mt19937_64 gen(seed);
     SamplingTree tree(seed);
@@ -159,6 +168,11 @@ TEST(SamplingTreeTest, IncrementalNodesMatchReference) {
         std::advance(it, gen() % n);
         m.Reset(it->first);
         ++resets;
+      } else if (dice < 32) {
+        auto it = m.r().begin();
+        std::advance(it, gen() % n);
+        m.Take(it->first, gen);
+        ++takes;
       } else {
         std::vector<JobId> participants;
         for (const auto& [id, set] : m.r()) {
@@ -179,6 +193,7 @@ TEST(SamplingTreeTest, IncrementalNodesMatchReference) {
   EXPECT_GT(adds, 500u);
   EXPECT_GT(removes, 200u);
   EXPECT_GT(resets, 300u);
+  EXPECT_GT(takes, 300u);
 }
 
 // Sizes that cross under masks force adjacent swaps; each swap must equal a rebuild, including

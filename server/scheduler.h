@@ -8,6 +8,10 @@
 // - Participation: every job with fewer than min(L, its dataset's size + 2 x its prefetch)
 //   decided samples takes part in each of those rounds (L the look-ahead): a job already at L, or
 //   an epoch of its own dataset ahead of its deliveries, is masked.
+// - Following: a fresh job's first epoch may copy a running job's order of their common samples,
+//   its own samples at coin-tossed positions, so a job joining mid-epoch takes samples with it
+//   (docs/scheduler.md "Following a running job"). Every epoch stays a uniform permutation and
+//   later epochs are plain DSA, independent of the first.
 // - Rates: each job's consumption rate is an exponentially weighted measure of its deliveries
 //   over the clock; before the first measurement a job is assumed as fast as the measured jobs.
 // - Reference counts: (jobs whose R holds the sample) + (decided-queue entries holding it). Every
