@@ -251,7 +251,8 @@ def run_sweep(args, work):
             print(f"status series in {args.record}; draw it with 'carpool report {args.record}'")
             sharing_bound(args.record, {subset_name(args.prefix, args.base, c): (k, c)
                                         for k, c in SUBSET_SPACES[args.subsets].items()},
-                          replay={"state_dir": args.state_dir, "batch_size": args.batch_size})
+                          replay={"state_dir": args.state_dir, "batch_size": args.batch_size,
+                                  "follow": args.follow})
         if failed:
             raise SystemExit(f"optuna_sweep.py: {len(failed)} worker(s) failed (output above)")
         stats = drained(server.socket)
@@ -314,18 +315,19 @@ def sharing_bound(record, subsets, windows=(1, 5), replay=None):
         replay_sweep(records, jobs, **replay)
 
 
-def replay_sweep(records, jobs, state_dir, batch_size, tick_ms=10):
+def replay_sweep(records, jobs, state_dir, batch_size, tick_ms=10, follow="on"):
     """Replays the series' jobs in `carpool sim`: the server's own scheduler and cache index, the
     same datasets, joins, epochs and cache capacity, each job at its mean pace with no jitter
-    and preparations free. What the server would share if every job kept a steady pace; the gap
-    to the server's own figure is what the jobs' uneven paces cost. Needs the sweep's datasets
+    and preparations free, following as the server did (`follow`). What the server would share
+    if every job kept a steady pace; the gap to the server's own figure is what the jobs' uneven
+    paces cost. Needs the sweep's datasets
     (before they are removed) in `state_dir`. Returns sim's summary, or None (said why)."""
     capacity = max(r["status"]["pacing"]["capacity_samples"] for r in records)
     policy = records[-1]["status"]["policy"]
     times = [r["elapsed_s"] for r in records]
     step = float(np.median(np.diff(times))) if len(times) > 1 else 1.0  # the recording interval
     argv = [carpool.binary(), "sim", "--state-dir", str(state_dir), "--cache", str(capacity),
-            "--policy", policy, "--batch", str(batch_size), "--json"]
+            "--policy", policy, "--batch", str(batch_size), "--follow", follow, "--json"]
     for jid, job in sorted(jobs.items()):
         series = job["series"]
         n1 = series[-1][1]

@@ -230,8 +230,8 @@ def run_sweep(args):
             local = node == ray.get_runtime_context().get_node_id()
             osw.sharing_bound(path, {osw.subset_name(args.prefix, args.base, c): (k, c)
                                      for k, c in space.items()},
-                              replay={"state_dir": nodes[node][1], "batch_size": args.batch_size}
-                              if local else None)
+                              replay={"state_dir": nodes[node][1], "batch_size": args.batch_size,
+                                      "follow": args.follow} if local else None)
         for node, s in drained(nodes).items():
             print(f"node {node[:12]}: {s['deliveries']} deliveries, {s['preparations']} "
                   f"preparations, sharing ratio {s['sharing_ratio']:.2f}; after the sweep "

@@ -116,10 +116,11 @@ Result<E2eSideResult> RunCarpoolSide(const E2eSetup& setup, const E2eScenario& s
   const std::filesystem::path server_out = setup.log_dir / (prefix + "-server.out");
   const std::filesystem::path server_err = setup.log_dir / (prefix + "-server.err");
   std::filesystem::remove(socket);
-  Result<pid_t> server = SpawnProcess(
-      {setup.exe, "server", "--state-dir", setup.state_dir.string(), "--socket", socket,
-       "--workers", std::to_string(setup.workers), "--cache-size", setup.cache_size},
-      server_out, server_err);
+  Result<pid_t> server =
+      SpawnProcess({setup.exe, "server", "--state-dir", setup.state_dir.string(), "--socket",
+                    socket, "--workers", std::to_string(setup.workers), "--cache-size",
+                    setup.cache_size, "--follow", setup.follow},
+                   server_out, server_err);
   if (!server.ok()) return server.status();
   auto abandon = [&](Status s) -> Status {
     (void)StopProcess(*server, "carpool server", kServerStopGrace);

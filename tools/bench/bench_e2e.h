@@ -38,6 +38,7 @@ struct E2eSetup {
   uint32_t prefetch = 4;  // batches, for both sides
   std::string transform;
   std::string cache_size;  // `carpool server --cache-size` (CacheChoice::server_flag)
+  std::string follow = "on";  // `carpool server --follow`
 };
 
 struct E2eJobResult {

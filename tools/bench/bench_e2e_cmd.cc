@@ -292,6 +292,8 @@ int E2e(int argc, char** argv) {
       "at 5/4 of a prepared sample's bytes each (default: each scenario at 1 and at 0.1)")(
       "cache-size", po::value<std::string>(),
       "server cache in bytes, e.g. 2GiB, instead of --cache-fraction")(
+      "follow", po::value(&setup.follow),
+      "the server's --follow: on (default) | off, for comparison")(
       "torchvision", po::bool_switch(&a.torchvision),
       "also run bench/torchvision_jobs.py for N = 1 and 4")(
       "python", po::value(&a.python), "interpreter with torch (default /usr/bin/python3)")(
@@ -344,6 +346,10 @@ int E2e(int argc, char** argv) {
     return Fail("e2e", tf.status());
   }
   if (vm.count("cache-size")) a.cache_size = vm["cache-size"].as<std::string>();
+  if (setup.follow != "on" && setup.follow != "off") {
+    fmt::print(stderr, "carpool bench e2e: --follow \"{}\": use on or off\n", setup.follow);
+    return 2;
+  }
   if (vm.count("cache-fraction")) a.cache_fraction = vm["cache-fraction"].as<std::string>();
   // Every scenario reads (a part of) the e2e dataset; without a crop, a side of 512 stands in.
   const uint64_t side = prepare->crop > 0 ? prepare->crop : 512;
