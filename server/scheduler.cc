@@ -70,6 +70,7 @@ struct Scheduler::Job {
   bool awaits_leader = false;    // the next step's coin chose the leader's order
   bool leader_drew = false;      // the leader took part in this round's draws
   uint64_t followed = 0;         // decisions copied from the leader
+  bool followed_epoch = false;   // it followed in its current epoch (its first)
 };
 
 Scheduler::Scheduler(const SchedulerOptions& options, RefCountSink* sink)
@@ -191,14 +192,21 @@ uint64_t Scheduler::UndecideTails(JobId joined, const std::function<uint64_t(Job
     // Only the epoch whose R is in the tree can take its samples back.
     size_t cut = job->queue.size();
     while (cut > kept && job->queue[cut - 1].epoch == job->epoch) --cut;
+    // The steps from the cut on are taken again, including a follower's step still waiting on
+    // its coin's choice even when nothing is cut: whether a step was waiting depends on which
+    // way its coin fell (only "common" waits), so keeping those coins would favour common.
+    if (job->follow == Job::Follow::kClosing) {
+      StopFollowing(*job);  // the owed common step goes with the steps taken again, plain
+      job->follow = Job::Follow::kOff;
+      job->common = Roaring();
+    }
+    job->awaits_leader = false;
     if (cut == job->queue.size()) continue;
     Roaring back;
     for (size_t i = cut; i < job->queue.size(); ++i) back.add(job->queue[i].sample);
-    if (job->follow == Job::Follow::kClosing) {
-      // The steps after the cut are taken again, plain: the owed common step goes with them.
-      StopFollowing(*job);
-      job->follow = Job::Follow::kOff;
-    } else if (job->follow == Job::Follow::kOn) {
+    // Refused only for a sample outside this epoch's draws, which the queue cannot hold.
+    if (!tree_.Return(id, back).ok()) continue;
+    if (job->follow == Job::Follow::kOn) {
       // A follower rewinds: its common samples go back to the front of what it copies, in order,
       // its own ones to its own pool, and the steps are taken again with fresh coins.
       for (size_t i = job->queue.size(); i-- > cut;) {
@@ -211,10 +219,7 @@ uint64_t Scheduler::UndecideTails(JobId joined, const std::function<uint64_t(Job
           job->own.add(sample);
         }
       }
-      job->awaits_leader = false;
     }
-    // Refused only for a sample outside this epoch's draws, which the queue cannot hold.
-    if (!tree_.Return(id, back).ok()) continue;
     while (job->queue.size() > cut) {
       const SampleId sample = job->queue.back().sample;
       job->queue.pop_back();
@@ -236,6 +241,7 @@ void Scheduler::MaybeResetEpoch(Job& job) {
   Status s = tree_.ResetEpoch(job.id);
   if (!s.ok()) return;  // cannot happen: the job is in the tree
   ++job.epoch;
+  job.followed_epoch = false;
   ReportAll(*tree_.RemainingSet(job.id), +1);
 }
 
@@ -304,10 +310,11 @@ void Scheduler::DecideStep(Job& job, SampleId sample, bool followed) {
   if (followed) {
     ++job.followed;
     ++followed_;
-    // For the caller: with the leader's assignment when it drew the sample in this very round.
-    for (Assignment& a : round_) {
-      if (a.sample == sample) {
-        a.jobs.push_back(job.id);
+    // For the caller: with the leader's assignment when it drew the sample in this very round
+    // (among the tree's assignments only: a rewound follower may take many steps in a round).
+    for (size_t i = 0; i < tree_drawn_; ++i) {
+      if (round_[i].sample == sample) {
+        round_[i].jobs.push_back(job.id);
         return;
       }
     }
@@ -324,7 +331,11 @@ void Scheduler::StartFollowing(Job& job) {
   for (auto& [id, other] : jobs_) {
     // A leader draws by DSA: uniformly from its R given everything so far, which is what makes
     // its order, restricted to the common samples, a uniform one for the follower.
-    if (other.get() == &job || other->follow != Job::Follow::kOff) continue;
+    // Nor a job that followed in this epoch: where it stands depends on which way its coins
+    // fell (it waits only on "common"), so what it has left is not a uniform subset.
+    if (other.get() == &job || other->follow != Job::Follow::kOff || other->followed_epoch) {
+      continue;
+    }
     // The common samples it would hand over: those left in its epoch, and with a next epoch
     // the rest too.
     const uint64_t common = other->epoch + 1 < other->epochs
@@ -337,7 +348,8 @@ void Scheduler::StartFollowing(Job& job) {
     const Roaring& other_r = *tree_.RemainingSet(id);
     const double dsa = static_cast<double>(other_r.and_cardinality(r)) /
                        std::max<double>(static_cast<double>(other_r.cardinality()), size);
-    const double copies = static_cast<double>(other->dataset.and_cardinality(r)) / size;
+    // The copies: every common sample if the leader has a next epoch, else what it has left.
+    const double copies = static_cast<double>(common) / size;
     if (copies < kFollowGain * dsa) continue;
     if (common > best_common) {
       best = other.get();
@@ -346,6 +358,7 @@ void Scheduler::StartFollowing(Job& job) {
   }
   if (best == nullptr) return;
   job.follow = Job::Follow::kOn;
+  job.followed_epoch = true;
   job.leader = best->id;
   job.leader_epoch = best->epoch;
   job.second_phase = false;
@@ -388,6 +401,7 @@ void Scheduler::UpdateFollowing(Job& job) {
 
 void Scheduler::FollowersTakeSteps(uint64_t lookahead) {
   const size_t drawn = round_.size();  // the tree's assignments; followers' come after
+  tree_drawn_ = drawn;
   for (auto& [id, job] : jobs_) {
     if (job->follow != Job::Follow::kOn) continue;
     job->leader_drew = false;
@@ -446,7 +460,8 @@ void Scheduler::FollowersTakeSteps(uint64_t lookahead) {
       --left;
       DecideStep(*job, sample, true);
     }
-    if (!took.isEmpty()) (void)tree_.Take(job->id, took);  // each was in its R
+    // Cannot fail: own, pending and the closing step's samples are all in its R.
+    if (!took.isEmpty()) (void)tree_.Take(job->id, took);
   }
 }
 

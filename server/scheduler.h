@@ -362,6 +362,7 @@ class Scheduler : public cache::NextUseOracle {
   std::vector<const Job*> laggers_;  // MayTake's
   std::vector<Assignment> round_;
   std::vector<Job*> followers_;  // this round's, not masked
+  size_t tree_drawn_ = 0;        // round_'s first entries: the tree's assignments
   Rng follow_rng_;               // the followers' coins and own draws
   uint64_t followed_ = 0;
 };
