@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -34,7 +35,19 @@ struct Trial {
   std::vector<SampleId> first, second, naive;
   bool followed = false;
   uint64_t copies = 0;  // decisions the follower copied from the leader
+  std::vector<SampleId> third;  // the third job's one epoch over ids 4..13, when it joined
+  bool third_followed = false;
 };
+
+void ConsumeThird(Scheduler& s, double now, std::vector<SampleId>& order) {
+  const std::deque<Decision>& q = *s.Queue(kThird);
+  const size_t n = std::min<size_t>(2, q.size());
+  for (size_t i = 0; i < n; ++i) order.push_back(q[i].sample);
+  EXPECT_TRUE(s.Consume(kThird, n, now).ok());
+  if (s.Finished(kThird)) {
+    EXPECT_TRUE(s.RemoveJob(kThird).ok());
+  }
+}
 
 // The leader on `leader_set` runs a random while alone; then the follower joins on ids 0..7 and
 // both (and with `third`, a third job joining later, which cuts both tails as the engine does)
@@ -63,6 +76,9 @@ Trial RunTrial(std::mt19937_64& gen, const Roaring& leader_set, bool third) {
       const Result<Scheduler::JobStats> st = s.Stats(kFollower);
       if (st->leader == kLeader) t.followed = true;
       t.copies = std::max(t.copies, st->followed);
+      if (Result<Scheduler::JobStats> th = s.Stats(kThird); th.ok() && th->leader) {
+        t.third_followed = true;
+      }
     } else if (kind < 6) {
       const JobId job = kind == 3 ? kLeader : kFollower;
       if (!s.Contains(job)) continue;
@@ -84,11 +100,14 @@ Trial RunTrial(std::mt19937_64& gen, const Roaring& leader_set, bool third) {
       EXPECT_TRUE(s.AddJob(kThird, Range(4, 14), 1, 2, now).ok());
       s.UndecideTails(kThird, [&gen](JobId) { return gen() % 2; });
     } else if (kind == 7 && s.Contains(kThird)) {
-      EXPECT_TRUE(s.Consume(kThird, std::min<size_t>(2, s.Queue(kThird)->size()), now).ok());
-      if (s.Finished(kThird)) {
-        EXPECT_TRUE(s.RemoveJob(kThird).ok());
-      }
+      ConsumeThird(s, now, t.third);
     }
+  }
+  // The third job's epoch to its end (it joined while one job followed another: it may follow
+  // the leader, never the follower).
+  for (int step = 0; step < 1000 && s.Contains(kThird); ++step) {
+    s.Tick(now += 1);
+    ConsumeThird(s, now, t.third);
   }
   EXPECT_FALSE(s.Contains(kFollower)) << "the follower must finish its two epochs";
   // The naive copy: the leader's order of the common ids (first occurrences), the rest after.
@@ -179,6 +198,28 @@ TEST_P(FollowStatsTest, EveryEpochIsUniformAndTheSecondIndependentOfTheFirst) {
   EXPECT_GE(PositionsPValue(first), kFamilyAlpha / 3) << c.name << ": first epoch";
   EXPECT_GE(PositionsPValue(second), kFamilyAlpha / 3) << c.name << ": second epoch";
   EXPECT_GE(EpochsPValue(trials), kFamilyAlpha / 3) << c.name << ": epochs dependent";
+  if (!c.third) return;
+  // The third job's positions over its 10 ids, Bonferroni over the 10 positions; a separate
+  // family at the same level.
+  constexpr uint32_t kThirdIds = 10;
+  std::vector<std::vector<uint64_t>> third(kThirdIds, std::vector<uint64_t>(kThirdIds, 0));
+  int joined = 0, third_followed = 0;
+  for (const Trial& t : trials) {
+    if (t.third.empty()) continue;
+    ASSERT_EQ(t.third.size(), kThirdIds) << "the third job's epoch must end";
+    for (uint32_t k = 0; k < kThirdIds; ++k) ++third[k][t.third[k] - 4];
+    ++joined;
+    third_followed += t.third_followed;
+  }
+  EXPECT_GT(joined, kTrials / 2);
+  EXPECT_GT(third_followed, joined / 10) << "the third job must follow in some trials";
+  double p = 1;
+  for (const auto& row : third) {
+    p = std::min(p, ChiSquarePValue(PearsonUniform(row), kThirdIds - 1));
+  }
+  EXPECT_GE(p * kThirdIds, kFamilyAlpha) << "the third job's epoch";
+  std::printf("%s: the third job joined in %d trials and followed in %d\n", c.name, joined,
+              third_followed);
 }
 
 INSTANTIATE_TEST_SUITE_P(Overlaps, FollowStatsTest, ::testing::Range(0, 5));
