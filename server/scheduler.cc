@@ -195,12 +195,9 @@ uint64_t Scheduler::UndecideTails(JobId joined, const std::function<uint64_t(Job
     // The steps from the cut on are taken again, including a follower's step still waiting on
     // its coin's choice even when nothing is cut: whether a step was waiting depends on which
     // way its coin fell (only "common" waits), so keeping those coins would favour common.
-    if (job->follow == Job::Follow::kClosing) {
-      StopFollowing(*job);  // the owed common step goes with the steps taken again, plain
-      job->follow = Job::Follow::kOff;
-      job->common = Roaring();
-    }
     job->awaits_leader = false;
+    // A closing follower's owed common step goes with the steps taken again, plain.
+    if (job->follow == Job::Follow::kClosing) StopFollowing(*job);
     if (cut == job->queue.size()) continue;
     Roaring back;
     for (size_t i = cut; i < job->queue.size(); ++i) back.add(job->queue[i].sample);

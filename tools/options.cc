@@ -27,4 +27,9 @@ std::optional<int> ParseCommandLine(int argc, char** argv, std::string_view prog
   return std::nullopt;
 }
 
+Result<bool> ParseOnOff(std::string_view flag, const std::string& value) {
+  if (value == "on" || value == "off") return value == "on";
+  return Status::InvalidArgument(fmt::format("--{} \"{}\": use on or off", flag, value));
+}
+
 }  // namespace carpool::tools

@@ -4,7 +4,10 @@
 
 #include <boost/program_options.hpp>
 #include <optional>
+#include <string>
 #include <string_view>
+
+#include "carpool/status.h"
 
 namespace carpool::tools {
 
@@ -15,6 +18,10 @@ std::optional<int> ParseCommandLine(int argc, char** argv, std::string_view prog
                                     std::string_view usage,
                                     const boost::program_options::options_description& opts,
                                     boost::program_options::variables_map* vm);
+
+// An on|off flag's value: true for "on", false for "off"; anything else is InvalidArgument
+// naming the flag and the value ("--pacing \"maybe\": use on or off"). O(1).
+Result<bool> ParseOnOff(std::string_view flag, const std::string& value);
 
 }  // namespace carpool::tools
 

@@ -196,18 +196,14 @@ int Serve(int argc, char** argv) {
         "--lookahead 0: the look-ahead must be at least 1 sample; leave the flag out for the "
         "derived one"));
   }
-  if (pacing != "on" && pacing != "off") {
-    return Fail(Status::InvalidArgument(
-        fmt::format("--pacing \"{}\": use on or off", pacing)));
-  }
-  eo.pacing = pacing == "on";
-  if (follow != "on" && follow != "off") {
-    return Fail(Status::InvalidArgument(fmt::format("--follow \"{}\": use on or off", follow)));
-  }
-  eo.follow = follow == "on";
-  if (job_decode != "on" && job_decode != "off") {
-    return Fail(Status::InvalidArgument(fmt::format(
-        "--job-decode {}: use on or off", job_decode)));
+  const Result<bool> pacing_on = ParseOnOff("pacing", pacing);
+  if (!pacing_on.ok()) return Fail(pacing_on.status());
+  eo.pacing = *pacing_on;
+  const Result<bool> follow_on = ParseOnOff("follow", follow);
+  if (!follow_on.ok()) return Fail(follow_on.status());
+  eo.follow = *follow_on;
+  if (const Result<bool> decode = ParseOnOff("job-decode", job_decode); !decode.ok()) {
+    return Fail(decode.status());
   }
   // Under --group other users' jobs read the resident samples a job decoded: only the server
   // decodes for them.

@@ -217,14 +217,12 @@ int Sim(int argc, char** argv) {
   if (with_cache) {
     Result<cache::EvictionPolicy> p = cache::ParseEvictionPolicy(policy);
     if (!p.ok()) return Fail(p.status());
-    if (pacing != "on" && pacing != "off") {
-      return Fail(Status::InvalidArgument(fmt::format("--pacing \"{}\": use on or off", pacing)));
-    }
-    cache_mode.pacing = pacing == "on";
-    if (follow != "on" && follow != "off") {
-      return Fail(Status::InvalidArgument(fmt::format("--follow \"{}\": use on or off", follow)));
-    }
-    cache_mode.follow = follow == "on";
+    const Result<bool> pacing_on = ParseOnOff("pacing", pacing);
+    if (!pacing_on.ok()) return Fail(pacing_on.status());
+    cache_mode.pacing = *pacing_on;
+    const Result<bool> follow_on = ParseOnOff("follow", follow);
+    if (!follow_on.ok()) return Fail(follow_on.status());
+    cache_mode.follow = *follow_on;
     cache_mode.policy = *p;
     cache_mode.epochs = epochs;
     cache_mode.seed = seed;

@@ -346,8 +346,8 @@ int E2e(int argc, char** argv) {
     return Fail("e2e", tf.status());
   }
   if (vm.count("cache-size")) a.cache_size = vm["cache-size"].as<std::string>();
-  if (setup.follow != "on" && setup.follow != "off") {
-    fmt::print(stderr, "carpool bench e2e: --follow \"{}\": use on or off\n", setup.follow);
+  if (const Result<bool> follow = ParseOnOff("follow", setup.follow); !follow.ok()) {
+    fmt::print(stderr, "carpool bench e2e: {}\n", follow.status().message());
     return 2;
   }
   if (vm.count("cache-fraction")) a.cache_fraction = vm["cache-fraction"].as<std::string>();
