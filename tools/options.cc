@@ -32,4 +32,11 @@ Result<bool> ParseOnOff(std::string_view flag, const std::string& value) {
   return Status::InvalidArgument(fmt::format("--{} \"{}\": use on or off", flag, value));
 }
 
+Status SetOnOff(std::string_view flag, const std::string& value, bool* out) {
+  const Result<bool> on = ParseOnOff(flag, value);
+  if (!on.ok()) return on.status();
+  *out = *on;
+  return Status::OK();
+}
+
 }  // namespace carpool::tools

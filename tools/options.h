@@ -22,6 +22,8 @@ std::optional<int> ParseCommandLine(int argc, char** argv, std::string_view prog
 // An on|off flag's value: true for "on", false for "off"; anything else is InvalidArgument
 // naming the flag and the value ("--pacing \"maybe\": use on or off"). O(1).
 Result<bool> ParseOnOff(std::string_view flag, const std::string& value);
+// The same, into `*out` (left as it was on an error). O(1).
+Status SetOnOff(std::string_view flag, const std::string& value, bool* out);
 
 }  // namespace carpool::tools
 

@@ -196,12 +196,8 @@ int Serve(int argc, char** argv) {
         "--lookahead 0: the look-ahead must be at least 1 sample; leave the flag out for the "
         "derived one"));
   }
-  const Result<bool> pacing_on = ParseOnOff("pacing", pacing);
-  if (!pacing_on.ok()) return Fail(pacing_on.status());
-  eo.pacing = *pacing_on;
-  const Result<bool> follow_on = ParseOnOff("follow", follow);
-  if (!follow_on.ok()) return Fail(follow_on.status());
-  eo.follow = *follow_on;
+  if (Status s = SetOnOff("pacing", pacing, &eo.pacing); !s.ok()) return Fail(s);
+  if (Status s = SetOnOff("follow", follow, &eo.follow); !s.ok()) return Fail(s);
   if (const Result<bool> decode = ParseOnOff("job-decode", job_decode); !decode.ok()) {
     return Fail(decode.status());
   }

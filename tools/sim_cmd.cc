@@ -217,12 +217,8 @@ int Sim(int argc, char** argv) {
   if (with_cache) {
     Result<cache::EvictionPolicy> p = cache::ParseEvictionPolicy(policy);
     if (!p.ok()) return Fail(p.status());
-    const Result<bool> pacing_on = ParseOnOff("pacing", pacing);
-    if (!pacing_on.ok()) return Fail(pacing_on.status());
-    cache_mode.pacing = *pacing_on;
-    const Result<bool> follow_on = ParseOnOff("follow", follow);
-    if (!follow_on.ok()) return Fail(follow_on.status());
-    cache_mode.follow = *follow_on;
+    if (Status s = SetOnOff("pacing", pacing, &cache_mode.pacing); !s.ok()) return Fail(s);
+    if (Status s = SetOnOff("follow", follow, &cache_mode.follow); !s.ok()) return Fail(s);
     cache_mode.policy = *p;
     cache_mode.epochs = epochs;
     cache_mode.seed = seed;
