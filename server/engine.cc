@@ -248,9 +248,10 @@ void Engine::FeedPreparation() {
     if (want == 0) return;
   }
   std::vector<SampleId> next;
-  // Ready samples stay ready while queued, except the rare ones that fall back to queued (a
-  // failed commit, a lookup miss of a sample another job decided again); those are prepared
-  // when their batch reaches the front (TryBuildBatch), so the walk may skip known-ready prefixes.
+  // Ready samples stay ready while queued, except those that fall back to queued (a failed
+  // commit, a lookup miss of a sample another job decided again, an eviction of an owed sample);
+  // those are prepared when their batch reaches the front (TryBuildBatch), by the workers in
+  // parallel, so the walk may skip known-ready prefixes.
   scheduler_->NextToPrepare(
       want, [this](SampleId s) REQUIRES(mu_) { return !samples_.states().NeedsPreparation(s); }, &next,
       horizon,
@@ -347,7 +348,12 @@ void Engine::TryBuildBatch(Job& job) {
     return;
   }
   for (const BatchItem& item : task.items) {
-    if (use_cache && !item.pinned) Check(samples_.states().TakeTransient(item.sample));
+    if (!use_cache) break;
+    if (item.pinned) {
+      samples_.states().Taken(item.sample);  // an eviction may requeue it again
+    } else {
+      Check(samples_.states().TakeTransient(item.sample));
+    }
   }
   task.slot = *slot;
   task.batch_index = job.next_batch++;

@@ -64,15 +64,12 @@ void Engine::PrepareFaulted(uint32_t sample, const SampleSource& src,
 
 void Engine::PrepareInCache(uint32_t sample, const SampleSource& src, PrepareProgress& progress) {
   // Ends the task: `fn` updates the sample's state under the lock.
-  std::vector<uint32_t> evicted;  // by this task's allocation, settled with its end
   auto finish = [&](auto&& fn) {
     {
       WorkerLock lock(*this);
       progress.finished = true;
       fn();
       --prep_outstanding_;
-      // A sample no job uses loses its state with its slot, not at the next orphan sweep.
-      for (uint32_t gone : evicted) Check(samples_.Settle(gone));
       Check(samples_.Settle(sample));  // its last job left while it was being prepared
       // The read below may have loaded the IDX file again after that job's release freed it.
       if (src.record.source == "idx" && !samples_.InUse(sample) &&
@@ -103,8 +100,12 @@ void Engine::PrepareInCache(uint32_t sample, const SampleSource& src, PreparePro
     // bench load` (16 jobs, 10% cache) fell from 66k to 54k samples/s (docs/architecture.md).
     WorkerLock lock(*this);
     WorkerPhases::Scope phase(phases_, WorkerPhase::kAllocate);
+    std::vector<uint32_t> evicted;
     slot = cache_->Allocate(sample, shape->stored_bytes(), &evicted);
     progress.allocated = slot.ok();
+    // Told now, under the lock the eviction happened under: a sample a job still needs goes back
+    // to the workers; one no job uses loses its state with its slot, not at the next orphan sweep.
+    for (uint32_t gone : evicted) Check(samples_.Evicted(gone));
   }
   if (!slot.ok()) {
     const StatusCode code = slot.status().code();

@@ -37,6 +37,11 @@ Status SampleLifecycle::Settle(uint32_t key) {
   return states_.Forget(key);
 }
 
+Status SampleLifecycle::Evicted(uint32_t key) {
+  if (table_.Contains(key)) return states_.EvictedInUse(key);
+  return Settle(key);
+}
+
 void SampleLifecycle::Sweep(double now) {
   if (sweep_.empty()) {
     if (orphans_.empty() || now < next_sweep_) return;

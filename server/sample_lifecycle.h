@@ -50,6 +50,10 @@ class SampleLifecycle {
   // forgets its state when no job uses it, keeping it as an orphan while the cache holds it.
   // FailedPrecondition only on a bookkeeping bug. O(1) expected.
   Status Settle(uint32_t key);
+  // The cache evicted the key to make room (Allocate's list, under the same lock): a key some job
+  // still needs goes back to the workers (SampleStates::EvictedInUse), so that its batch does not
+  // find it gone and prepare it in its one assembler; any other key is settled. O(1) expected.
+  Status Evicted(uint32_t key);
   // The cache evicts without telling: every kSweepSeconds each orphan is looked at once, at most
   // kSweepSlice per call, so a cache of a million orphans never stalls a caller. O(kSweepSlice).
   void Sweep(double now);

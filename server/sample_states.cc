@@ -79,8 +79,23 @@ Status SampleStates::Evicted(uint32_t sample) {
   return Move(sample, SampleState::kTransient, {SampleState::kCached});
 }
 
+Status SampleStates::EvictedInUse(uint32_t sample) {
+  auto it = entries_.find(sample);
+  if (it == entries_.end() || it->second.state != SampleState::kCached) return Status::OK();
+  Entry& e = it->second;
+  Set(e, e.requeued ? SampleState::kTransient : SampleState::kQueued);
+  e.requeued = true;
+  return Status::OK();
+}
+
+void SampleStates::Taken(uint32_t sample) {
+  if (auto it = entries_.find(sample); it != entries_.end()) it->second.requeued = false;
+}
+
 Status SampleStates::TakeTransient(uint32_t sample) {
-  return Move(sample, SampleState::kQueued, {SampleState::kTransient});
+  Status s = Move(sample, SampleState::kQueued, {SampleState::kTransient});
+  Taken(sample);
+  return s;
 }
 
 Status SampleStates::LookupHit(uint32_t sample) {

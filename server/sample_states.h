@@ -4,11 +4,12 @@
 //   kQueued     decided for a job (or not yet seen); nothing prepared, nothing in flight
 //   kPreparing  a worker is preparing it into the cache
 //   kCached     committed to the cache (it may since have been evicted: a pin tells)
-//   kTransient  the cache had no room, or evicted it: the batch that takes it prepares it itself
+//   kTransient  the cache had no room, or evicted it again: the batch that takes it prepares it
 //   kBad        unreadable or undecodable; skipped for good (sticky)
 //
 //   queued    --BeginPreparation--> preparing --Committed / AlreadyCached--> cached
 //   preparing --NoRoom--> transient            cached --Evicted--> transient
+//   cached --EvictedInUse--> queued, the first time since its last take; transient after that
 //   preparing --Abandoned--> queued (the commit failed)
 //   transient --TakeTransient--> queued        queued|transient --LookupHit--> cached
 //   cached    --LookupMiss--> queued           any --MarkBad--> bad
@@ -52,6 +53,14 @@ class SampleStates {
   Status NoRoom(uint32_t sample);         // preparing -> transient
   Status Abandoned(uint32_t sample);      // preparing -> queued
   Status Evicted(uint32_t sample);        // cached -> transient
+  // The cache evicted a sample some job still needs (Allocate's list): cached -> queued, so the
+  // workers prepare it again (ahead, or in parallel when its batch reaches a front). Evicted again
+  // before a batch takes it, it goes cached -> transient instead: a cache too small for the
+  // batches waiting on it would otherwise evict and prepare the same samples for ever. Other
+  // states are left alone (a miss already requeued it). O(1) expected.
+  Status EvictedInUse(uint32_t sample);
+  // A batch took the sample from the cache (pinned): EvictedInUse requeues it again. O(1) expected.
+  void Taken(uint32_t sample);
   Status TakeTransient(uint32_t sample);  // transient -> queued
   // The cache answered a lookup of a decided sample. Hit: queued|transient|cached -> cached (the
   // shape must be known). Miss: cached -> queued, other states unchanged. Preparing and bad
@@ -82,6 +91,7 @@ class SampleStates {
   struct Entry {
     SampleState state = SampleState::kQueued;
     bool has_shape = false;
+    bool requeued = false;  // EvictedInUse sent it back to the workers since its last take
     PreparedShape shape;
   };
   Status Move(uint32_t sample, SampleState to, std::initializer_list<SampleState> from);

@@ -31,6 +31,39 @@ TEST(SampleStatesTest, TheLifeOfASample) {
   EXPECT_EQ(s.Get(7), SampleState::kQueued);
 }
 
+// An eviction the cache reports sends a needed sample back to the workers once per take: a second
+// one before a batch takes it leaves it to its batch's assembler, so a cache smaller than the
+// batches waiting on it cannot evict and re-prepare the same samples for ever.
+TEST(SampleStatesTest, AnEvictedSampleInUseIsRequeuedOncePerTake) {
+  SampleStates s;
+  auto cache = [&](uint32_t id) {
+    ASSERT_TRUE(s.BeginPreparation(id).ok());
+    ASSERT_TRUE(s.Committed(id, kShape).ok());
+  };
+  cache(7);
+  ASSERT_TRUE(s.EvictedInUse(7).ok());
+  EXPECT_EQ(s.Get(7), SampleState::kQueued);
+  EXPECT_TRUE(s.NeedsPreparation(7)) << "the workers prepare it again";
+  cache(7);
+  ASSERT_TRUE(s.EvictedInUse(7).ok());
+  EXPECT_EQ(s.Get(7), SampleState::kTransient) << "evicted twice before a batch took it";
+  ASSERT_TRUE(s.TakeTransient(7).ok());
+  cache(7);
+  ASSERT_TRUE(s.EvictedInUse(7).ok());
+  EXPECT_EQ(s.Get(7), SampleState::kQueued) << "a transient take starts the count again";
+  cache(7);
+  s.Taken(7);  // pinned by a batch
+  ASSERT_TRUE(s.EvictedInUse(7).ok());
+  EXPECT_EQ(s.Get(7), SampleState::kQueued) << "a pinned take starts the count again";
+  // Only a cached sample moves: one being prepared or already requeued is left alone.
+  ASSERT_TRUE(s.BeginPreparation(7).ok());
+  ASSERT_TRUE(s.EvictedInUse(7).ok());
+  EXPECT_EQ(s.Get(7), SampleState::kPreparing);
+  ASSERT_TRUE(s.EvictedInUse(8).ok());
+  EXPECT_EQ(s.Get(8), SampleState::kQueued);
+  EXPECT_FALSE(s.Has(8)) << "an unknown sample gets no entry";
+}
+
 TEST(SampleStatesTest, IllegalTransitionsChangeNothingAndNameTheStates) {
   SampleStates s;
   Status st = s.Committed(3, kShape);  // never prepared
@@ -106,7 +139,7 @@ TEST(SampleStatesTest, CountsMatchTheStatesUnderRandomTransitions) {
   constexpr uint32_t kSamples = 50;
   for (int step = 0; step < 20000; ++step) {
     const uint32_t id = rng() % kSamples;
-    switch (rng() % 10) {
+    switch (rng() % 12) {
       case 0: (void)s.BeginPreparation(id); break;
       case 1: (void)s.Committed(id, kShape); break;
       case 2: (void)s.AlreadyCached(id); break;
@@ -117,6 +150,12 @@ TEST(SampleStatesTest, CountsMatchTheStatesUnderRandomTransitions) {
       case 7: (void)s.LookupMiss(id); break;
       case 8: if (rng() % 50 == 0) (void)s.MarkBad(id, "x"); break;
       case 9: (void)s.Forget(id); break;
+      case 10:
+        (void)s.EvictedInUse(id);
+        break;
+      case 11:
+        s.Taken(id);
+        break;
     }
   }
   std::array<size_t, kSampleStateCount> recount{};
