@@ -59,5 +59,48 @@ TEST(E2ePacingTest, FourJobsShareWithTheCacheAtTenPercentOfTheSet) {
   env.StopServer(SIGTERM);
 }
 
+// A lagger's owed samples that the cache evicts are prepared again by the workers, not one by one
+// in the assembler of the batch that finds them gone. The leader runs an epoch ahead with pacing
+// off, so nearly all of the lagger's samples are decided, cached for the leader and evicted
+// before the lagger reaches them. Before the fix every such sample was a transient preparation
+// (the GPU node's slow scenario ran at half its limit with 15 of 16 workers idle).
+TEST(E2ePacingTest, EvictedOwedSamplesGoBackToTheWorkers) {
+  E2eEnv env;
+  constexpr int kImages = 600;
+  constexpr int kSide = 64;
+  ASSERT_NO_FATAL_FAILURE(env.GenImages(env.dir() / "images", kImages, "96x72"));
+  env.Dataset({"add", "imgs", "--dir", (env.dir() / "images").string(), "--prepare",
+               fmt::format("resize={},crop={}", kSide, kSide)});
+  const uint64_t prepared_set = uint64_t{kImages} * kSide * kSide * 3;
+  env.StartServer(
+      {"--cache-size", std::to_string(prepared_set / 5), "--workers", "2", "--pacing", "off"});
+  const pid_t leader = env.Consume({"--dataset", "imgs", "--batch-size", "16", "--json",
+                                    "--ids-out", (env.dir() / "leader.csv").string()},
+                                   "leader");
+  const pid_t lagger = env.Consume({"--dataset", "imgs", "--batch-size", "16", "--step-ms", "40",
+                                    "--json", "--ids-out", (env.dir() / "lagger.csv").string()},
+                                   "lagger");
+  for (auto [pid, name] : {std::pair{leader, "leader"}, std::pair{lagger, "lagger"}}) {
+    CliResult r = env.Wait(pid, name);
+    ASSERT_EQ(r.code, 0) << name << ": " << r.err;
+  }
+  CheckEpochs(env, "imgs", "leader.csv", 1);
+  CheckEpochs(env, "imgs", "lagger.csv", 1);
+  const std::string s = env.Status();
+  const double transient = JsonNumber(s, "transient_preparations");
+  std::printf(
+      "lagger behind a free leader, cache at 20%%: preparations %.0f (%.0f transient), "
+      "deliveries %.0f, evictions %.0f\n",
+      JsonNumber(s, "preparations"), transient, JsonNumber(s, "deliveries"),
+      JsonNumber(s, "evictions"));
+  EXPECT_EQ(JsonNumber(s, "deliveries"), 2 * kImages);
+  EXPECT_GE(JsonNumber(s, "evictions"), kImages / 2) << "the scenario must evict owed samples";
+  // Only a sample evicted a second time before its batch takes it stays with the assembler.
+  EXPECT_LE(transient, kImages / 20) << s;
+  EXPECT_EQ(JsonNumber(s, "refcount_total"), 0) << s;
+  EXPECT_EQ(JsonNumber(s, "pins"), 0) << s;
+  env.StopServer(SIGTERM);
+}
+
 }  // namespace
 }  // namespace carpool::e2e
