@@ -1,5 +1,9 @@
 #include "server/worker_pool.h"
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <memory>
 #include <utility>
 
 #include "common/log.h"
@@ -42,6 +46,50 @@ void WorkerPool::Shutdown() {
     if (t.joinable()) t.join();
   }
   threads_.clear();
+}
+
+namespace {
+
+// ParallelFor's shared state: helpers hold it by shared_ptr, since one may start after the call
+// returned (it then finds no item left).
+struct ParallelWork {
+  std::function<void(size_t)> fn;
+  size_t n = 0;
+  std::atomic<size_t> next{0};
+  Mutex mu;
+  std::condition_variable all_done;
+  size_t done GUARDED_BY(mu) = 0;
+  std::exception_ptr error GUARDED_BY(mu);
+
+  void Drain() {
+    for (size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
+      std::exception_ptr thrown;
+      try {
+        fn(i);
+      } catch (...) {
+        thrown = std::current_exception();
+      }
+      MutexLock lock(mu);
+      if (thrown && !error) error = thrown;
+      if (++done == n) all_done.notify_all();
+    }
+  }
+};
+
+}  // namespace
+
+void WorkerPool::ParallelFor(size_t n, size_t helpers, std::function<void(size_t)> fn) {
+  if (n == 0) return;
+  auto work = std::make_shared<ParallelWork>();
+  work->fn = std::move(fn);
+  work->n = n;
+  for (size_t h = 0; h < std::min(helpers, n - 1); ++h) {
+    Post(Queue::kFifo, [work] { work->Drain(); });
+  }
+  work->Drain();
+  MutexLock lock(work->mu);
+  work->mu.Wait(work->all_done, [&]() REQUIRES(work->mu) { return work->done == n; });
+  if (work->error) std::rethrow_exception(work->error);
 }
 
 WorkerPool::Load WorkerPool::CurrentLoad() {

@@ -38,6 +38,13 @@ class WorkerPool {
   // kOrdered tasks start in ascending `order`, FIFO among equal ones; kFifo ones FIFO (`order` is
   // ignored). While both kinds are queued, they start in turns. O(log queued).
   void Post(Queue queue, std::function<void()> task, uint64_t order = 0);
+  // Runs fn(i) for every i in [0, n): on the calling thread, joined by up to `helpers` kFifo tasks
+  // (give it the idle threads: a busy pool's helpers would only queue). Returns when every fn has
+  // returned, and rethrows the first exception one threw (the others still run). It never waits
+  // on a helper that has not started: the caller claims items itself and waits only for items a
+  // running helper took, and a helper that starts after the last item was taken returns at once
+  // without calling fn. So any thread may call it, a worker included. O(n) calls of fn.
+  void ParallelFor(size_t n, size_t helpers, std::function<void(size_t)> fn);
   // Drops the tasks not yet started, waits for running ones and joins the threads. Idempotent.
   void Shutdown();
   size_t size() const { return threads_.size(); }

@@ -5,7 +5,10 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <set>
+#include <stdexcept>
 #include <thread>
+#include <vector>
 
 namespace carpool {
 namespace {
@@ -101,6 +104,53 @@ TEST(WorkerPoolTest, ATaskThatThrowsIsDroppedAndTheThreadRunsOn) {
   pool.Post(WorkerPool::Queue::kFifo, [&ran] { ran.set_value(); });
   ASSERT_EQ(ran.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
   EXPECT_TRUE(LoadBecomes(pool, 0, 0));
+}
+
+TEST(WorkerPoolTest, ParallelForRunsEveryItemOnceWithIdleThreadsHelping) {
+  WorkerPool pool(4, [] {});
+  constexpr size_t kItems = 400;
+  std::vector<std::atomic<int>> runs(kItems);
+  Mutex mu;
+  std::set<std::thread::id> threads;
+  pool.ParallelFor(kItems, 3, [&](size_t i) {
+    ++runs[i];
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    MutexLock lock(mu);
+    threads.insert(std::this_thread::get_id());
+  });
+  for (size_t i = 0; i < kItems; ++i) ASSERT_EQ(runs[i].load(), 1) << "item " << i;
+  MutexLock lock(mu);
+  EXPECT_GT(threads.size(), 1u) << "no helper took an item in 80 ms of work";
+  EXPECT_EQ(threads.count(std::this_thread::get_id()), 1u) << "the caller works too";
+}
+
+// A worker of a one-thread pool calls it: its helper cannot start until the call returns, so the
+// caller must do every item itself and not wait for the helper; the helper then finds nothing.
+TEST(WorkerPoolTest, ParallelForFromTheOnlyWorkerDoesNotWaitForItsHelpers) {
+  WorkerPool pool(1, [] {});
+  std::promise<int> result;
+  pool.Post(WorkerPool::Queue::kOrdered, [&pool, &result] {
+    int sum = 0;  // items run on this thread only: no race
+    pool.ParallelFor(10, 5, [&sum](size_t i) { sum += static_cast<int>(i); });
+    result.set_value(sum);
+  });
+  std::future<int> f = result.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "deadlock";
+  EXPECT_EQ(f.get(), 45);
+  EXPECT_TRUE(LoadBecomes(pool, 0, 0)) << "the late helper ran and returned";
+}
+
+TEST(WorkerPoolTest, ParallelForRethrowsAnItemsExceptionAfterTheRestRan) {
+  WorkerPool pool(2, [] {});
+  std::atomic<int> ran{0};
+  EXPECT_THROW(pool.ParallelFor(50, 1,
+                                [&ran](size_t i) {
+                                  ++ran;
+                                  if (i == 7) throw std::runtime_error("item 7");
+                                }),
+               std::runtime_error);
+  EXPECT_EQ(ran.load(), 50);
+  pool.ParallelFor(0, 4, [](size_t) { FAIL() << "no item"; });
 }
 
 }  // namespace
