@@ -7,6 +7,8 @@
   2. 2 trials that a threshold pruner stops after their first epoch: each pruned trial's job is
      gone from the server right after its Loader's with-block, and their epochs exactly once;
   3. 1 trial without the Fashion-MNIST files: synthetic IDX data, said so.
+First, the negative controls of the epoch check: it fails an epoch with a repeat, a hole or an
+extra sample.
 Exit 0 when both hold, 1 otherwise, 77 (skipped) when optuna or torch is not importable."""
 
 import json
@@ -46,6 +48,17 @@ def main():
     except ImportError as e:
         print(f"SKIP: {e}; install python3-optuna and python3-torch (scripts/setup.sh)")
         return 77
+    # Negative controls of the sweep's epoch check: a repeat, a hole or an extra sample fails it.
+    controls = subprocess.run(
+        [sys.executable, "-c", "import numpy as np; from optuna_sweep import exactly_once as e; "
+         "a = np.array; print([e([a([2, 0]), a([3, 1])], 4), e([a([0, 1]), a([1, 3])], 4), "
+         "e([a([0, 1, 2])], 4), e([a([0, 1, 2, 3, 3])], 4), e([], 0)])"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
+        env=dict(source_env(), PYTHONPATH=os.pathsep.join([str(ROOT / "examples"),
+                                                            source_env()["PYTHONPATH"]])))
+    check(controls.stdout.strip().endswith("[True, False, False, False, True]"),
+          f"exactly_once passes a permutation and fails a repeat, a hole and an extra sample: "
+          f"{controls.stdout}")
     with tempfile.TemporaryDirectory(prefix="carpool-optuna-check-") as tmp:
         # 6,000 samples: trials of a second or a few, recorded every 0.2 s (at 1 s an idle
         # machine ran a trial between two records, and the series saw no deliveries).
