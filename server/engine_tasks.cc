@@ -233,6 +233,18 @@ void Engine::AssembleInto(const BatchTask& task, AssembleResult& out) {
     out.labels.push_back(item.label);
     out.ids.push_back(item.sample);
   }
+  // An injected sampling fault (tests only): the sample is delivered again in its neighbour's
+  // place.
+  if (!options_.faults.repeat.empty() && job.gpu == nullptr && out.ids.size() >= 2) {
+    for (size_t k = 0; k < out.ids.size(); ++k) {
+      if (options_.faults.repeat.count(out.ids[k] - job.key_base) == 0) continue;
+      const size_t into = k + 1 < out.ids.size() ? k + 1 : k - 1;
+      out.views[into] = out.views[k];
+      out.labels[into] = out.labels[k];
+      out.ids[into] = out.ids[k];
+      break;  // once per batch
+    }
+  }
 
   // Every batch index of an epoch is published, even with no sample in it (all skipped, or the
   // assembly failed), so that the client sees each batch's skipped count and no index is missing.

@@ -12,7 +12,7 @@ namespace carpool {
 namespace {
 
 constexpr std::string_view kForm =
-    "expected SITE=ID,ID;SITE=ID with SITE one of prepare, assemble, gpu_build (e.g. "
+    "expected SITE=ID,ID;SITE=ID with SITE one of prepare, assemble, gpu_build, repeat (e.g. "
     "\"prepare=3,17;assemble=40\")";
 
 std::string Join(const std::unordered_set<uint32_t>& ids) {
@@ -35,6 +35,7 @@ std::string FaultInjection::ToString() const {
   if (!prepare.empty()) parts.push_back("prepare=" + Join(prepare));
   if (!assemble.empty()) parts.push_back("assemble=" + Join(assemble));
   if (!gpu_build.empty()) parts.push_back("gpu_build=" + Join(gpu_build));
+  if (!repeat.empty()) parts.push_back("repeat=" + Join(repeat));
   return fmt::format("{}", fmt::join(parts, ";"));
 }
 
@@ -52,6 +53,7 @@ Result<FaultInjection> FaultInjection::Parse(std::string_view text) {
     std::unordered_set<uint32_t>* ids = site == "prepare"     ? &out.prepare
                                         : site == "assemble"  ? &out.assemble
                                         : site == "gpu_build" ? &out.gpu_build
+                                        : site == "repeat"    ? &out.repeat
                                                               : nullptr;
     if (ids == nullptr) {
       return Status::InvalidArgument(

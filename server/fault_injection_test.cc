@@ -17,6 +17,10 @@ TEST(FaultInjectionTest, ParsesSitesAndIdsAndPrintsThemBack) {
   EXPECT_THROW(FaultInjection::MaybeThrow(f->prepare, "preparation", 17), std::runtime_error);
   EXPECT_NO_THROW(FaultInjection::MaybeThrow(f->prepare, "preparation", 40));
   EXPECT_TRUE(FaultInjection::Parse("")->empty());
+  Result<FaultInjection> r = FaultInjection::Parse("repeat=8,2");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->empty());
+  EXPECT_EQ(r->ToString(), "repeat=2,8");
 }
 
 TEST(FaultInjectionTest, BadTextIsRefusedNamingThePart) {

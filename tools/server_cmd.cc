@@ -188,8 +188,7 @@ int Serve(int argc, char** argv) {
           fmt::format("CARPOOL_INJECT_FAULTS: {}", parsed.status().message())));
     }
     eo.faults = std::move(*parsed);
-    log::Warn("CARPOOL_INJECT_FAULTS is set: the tasks of samples {} throw (tests only)",
-              eo.faults.ToString());
+    log::Warn("CARPOOL_INJECT_FAULTS is set: {} (tests only)", eo.faults.ToString());
   }
   if (vm.count("lookahead") != 0 && lookahead == 0) {
     return Fail(Status::InvalidArgument(

@@ -8,7 +8,8 @@
      gone from the server right after its Loader's with-block, and their epochs exactly once;
   3. 1 trial without the Fashion-MNIST files: synthetic IDX data, said so.
 First, the negative controls of the epoch check: it fails an epoch with a repeat, a hole or an
-extra sample.
+extra sample; and, end to end, a server told to repeat samples (CARPOOL_INJECT_FAULTS=repeat=…)
+fails the sweep.
 Exit 0 when both hold, 1 otherwise, 77 (skipped) when optuna or torch is not importable."""
 
 import json
@@ -102,6 +103,17 @@ def main():
     check("best trial: none completed" in out, "no best trial when all are pruned")
     check("2 epochs completed; 2 of them held every sample" in out and
           "after the sweep 0 jobs, refcount 0" in out, "pruned trials: epochs once, no job left")
+    # End to end: a server that delivers a sample twice (an injected sampling fault) must make the
+    # sweep report an epoch that is not exactly once and exit non-zero.
+    repeat = ",".join(str(i) for i in range(300))  # catalog ids; every class subset holds some
+    bad = subprocess.run([sys.executable, str(SWEEP), *TINY, "--trials", "1", "--parallel", "1",
+                          "--epochs", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=500,
+                         env=source_env(dict(os.environ, CARPOOL_INJECT_FAULTS=f"repeat={repeat}")))
+    print(f"$ CARPOOL_INJECT_FAULTS=repeat=0,...,299 optuna_sweep.py (1 trial)\n{bad.stdout}")
+    check(bad.returncode != 0 and "1 epochs completed; 0 of them held every sample" in bad.stdout
+          and "an epoch was not exactly once" in bad.stdout,
+          "a server that repeats samples fails the sweep's exactly-once check")
     with tempfile.TemporaryDirectory(prefix="carpool-optuna-nofm-") as empty:
         out = run("--trials", "1", "--parallel", "1", "--epochs", "1",
                   env=dict(os.environ, CARPOOL_FMNIST_DIR=empty))
