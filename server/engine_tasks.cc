@@ -167,8 +167,9 @@ void Engine::AssembleInto(const BatchTask& task, AssembleResult& out) {
   for (size_t i = 0; i < task.items.size(); ++i) {
     if (!task.items[i].pinned) transient_items.push_back(i);
   }
-  std::vector<std::optional<Result<PreparedImage>>> transient(task.items.size());
+  std::vector<std::optional<Result<PreparedImage>>> transient;  // by item; sized only when used
   if (!transient_items.empty()) {
+    transient.resize(task.items.size());
     const WorkerPool::Load load = workers_->CurrentLoad();
     const size_t idle = workers_->size() - std::min(workers_->size(), load.busy + load.queued);
     workers_->ParallelFor(transient_items.size(), idle, [&](size_t k) {

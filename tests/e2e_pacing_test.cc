@@ -14,6 +14,16 @@
 namespace carpool::e2e {
 namespace {
 
+// Registers `images` generated JPEGs of `size` as dataset "imgs", prepared to side x side; returns
+// the prepared set's bytes, so a test can state its cache as a fraction of it.
+uint64_t AddImages(E2eEnv& env, int images, const char* size, int side) {
+  env.GenImages(env.dir() / "images", images, size);
+  if (::testing::Test::HasFatalFailure()) return 0;
+  env.Dataset({"add", "imgs", "--dir", (env.dir() / "images").string(), "--prepare",
+               fmt::format("resize={},crop={}", side, side)});
+  return uint64_t(images) * side * side * 3;
+}
+
 // Issue 20: the data outgrows the cache. Four identical jobs started together over 2,000 JPEGs,
 // with the cache at 10% of the prepared set, must still share: at most 0.35 preparations per
 // delivery (the bound is 0.25; independent loaders make 1.0, and the server made 0.94-1.17
@@ -25,11 +35,8 @@ TEST(E2ePacingTest, FourJobsShareWithTheCacheAtTenPercentOfTheSet) {
   // bound, as in the issue. With 96x72 images the four clients were the bound on 2 cores, the
   // laggers counted as client-bound and the pacing lifted (0.46-0.51 per delivery): right by its
   // rule, since preparation had slack, but not what this test is about.
-  constexpr int kSide = 128;
-  ASSERT_NO_FATAL_FAILURE(env.GenImages(env.dir() / "images", kImages, "320x240"));
-  env.Dataset({"add", "imgs", "--dir", (env.dir() / "images").string(), "--prepare",
-               fmt::format("resize={},crop={}", kSide, kSide)});
-  const uint64_t prepared_set = uint64_t{kImages} * kSide * kSide * 3;
+  uint64_t prepared_set = 0;
+  ASSERT_NO_FATAL_FAILURE(prepared_set = AddImages(env, kImages, "320x240", 128));
   env.StartServer({"--cache-size", std::to_string(prepared_set / 10), "--workers", "2"});
   std::vector<pid_t> jobs;
   for (int i = 0; i < 4; ++i) {
@@ -67,11 +74,8 @@ TEST(E2ePacingTest, FourJobsShareWithTheCacheAtTenPercentOfTheSet) {
 TEST(E2ePacingTest, EvictedOwedSamplesGoBackToTheWorkers) {
   E2eEnv env;
   constexpr int kImages = 600;
-  constexpr int kSide = 64;
-  ASSERT_NO_FATAL_FAILURE(env.GenImages(env.dir() / "images", kImages, "96x72"));
-  env.Dataset({"add", "imgs", "--dir", (env.dir() / "images").string(), "--prepare",
-               fmt::format("resize={},crop={}", kSide, kSide)});
-  const uint64_t prepared_set = uint64_t{kImages} * kSide * kSide * 3;
+  uint64_t prepared_set = 0;
+  ASSERT_NO_FATAL_FAILURE(prepared_set = AddImages(env, kImages, "96x72", 64));
   env.StartServer(
       {"--cache-size", std::to_string(prepared_set / 5), "--workers", "2", "--pacing", "off"});
   const pid_t leader = env.Consume({"--dataset", "imgs", "--batch-size", "16", "--json",
