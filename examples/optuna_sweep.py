@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import optuna
@@ -109,25 +110,48 @@ def fmnist_files(work):
     return work, True
 
 
-def recorded(loader, ids):
-    """The loader's batches, keeping each batch's sample ids in `ids`."""
-    for images, labels in loader:
+def recorded(loader, ids, labels):
+    """The loader's batches, keeping each batch's sample ids in `ids` and labels in `labels`."""
+    for images, batch_labels in loader:
         ids.append(loader.ids)
-        yield images, labels
+        labels.append(np.asarray(batch_labels))
+        yield images, batch_labels
 
 
-def exactly_once(ids, size):
-    """Whether an epoch's sample ids (a list of batches' ids) hold each of `size` samples once."""
-    ids = np.concatenate(ids) if ids else np.empty(0, np.int64)
-    return len(ids) == size and len(np.unique(ids)) == size
+class Expected(NamedTuple):
+    """What every epoch of a class subset must deliver."""
+    ids: np.ndarray     # the subset's catalog ids, sorted
+    lo: int             # the base's first id: its record i has id lo + i
+    labels: np.ndarray  # the base's labels by record
 
 
-def objective(trial, args, test):
+def expected_epoch(train_labels, base, classes):
+    """The ids and labels an epoch of `classes` of the base (`base`: its datasets.info) must hold,
+    from the IDX labels file rather than the catalog, so that the check is a differential one."""
+    lo, hi = base["ids"]
+    if hi - lo + 1 != base["samples"]:
+        raise ValueError(f"base dataset {base['name']} holds {base['samples']} samples over ids "
+                         f"{lo}..{hi}: not one record per id, so its records' ids are unknown")
+    labels = np.asarray(train_labels[:base["samples"]], np.int64)
+    return Expected(lo + np.flatnonzero(np.isin(labels, classes)), lo, labels)
+
+
+def exactly_once(ids, labels, expected):
+    """Whether an epoch's batches (lists of their ids and labels) hold each of the subset's ids
+    exactly once, none other, each with its record's label."""
+    ids = np.concatenate(ids).astype(np.int64) if ids else np.empty(0, np.int64)
+    labels = np.concatenate(labels).astype(np.int64) if labels else np.empty(0, np.int64)
+    if len(ids) != len(expected.ids) or not np.array_equal(np.sort(ids), expected.ids):
+        return False
+    return np.array_equal(labels, expected.labels[ids - expected.lo])
+
+
+def objective(trial, args, test, train_labels):
     space = SUBSET_SPACES[args.subsets]
     classes = space[trial.suggest_categorical("classes", sorted(space))]
     lr = trial.suggest_float("lr", 0.005, 0.2, log=True)
     name = derive_subset(args.prefix, args.base, classes, args.state_dir)
-    size = cds.info(name, state_dir=args.state_dir)["samples"]
+    expected = expected_epoch(train_labels, cds.info(args.base, state_dir=args.state_dir), classes)
     keep = np.isin(test[1], classes)
     test_split = (test[0][keep], test[1][keep])
     model = ft.make_model(trial.number)
@@ -138,9 +162,9 @@ def objective(trial, args, test):
         job = loader.job_id
         once = []  # per completed epoch: each sample of the dataset exactly once
         for epoch in range(loader.epochs):
-            ids = []
-            ft.train_epoch(model, opt, recorded(loader, ids))
-            once.append(exactly_once(ids, size))
+            ids, labels = [], []
+            ft.train_epoch(model, opt, recorded(loader, ids, labels))
+            once.append(exactly_once(ids, labels, expected))
             trial.set_user_attr("exactly_once", once)
             accuracy = ft.test_accuracy(model, test_split)
             trial.report(accuracy, epoch)
@@ -188,7 +212,8 @@ def run_worker(args):
                               pruner=pruner(args))
     test = read_idx(args.data / "t10k-images-idx3-ubyte.gz")[:args.test_samples], \
         read_idx(args.data / "t10k-labels-idx1-ubyte.gz")[:args.test_samples].astype(np.int64)
-    study.optimize(lambda t: objective(t, args, test), n_trials=args.worker_trials)
+    train_labels = read_idx(args.data / "train-labels-idx1-ubyte.gz")
+    study.optimize(lambda t: objective(t, args, test, train_labels), n_trials=args.worker_trials)
 
 
 def register_base(args, data):
@@ -377,7 +402,7 @@ def report(study, stats, seconds):
         print("best trial: none completed")
     once = [o for t in study.trials for o in t.user_attrs.get("exactly_once", [])]
     print(f"{len(once)} epochs completed; {sum(once)} of them held every sample of their "
-          f"dataset exactly once")
+          f"dataset exactly once, each with its label")
     print(f"server: {stats['deliveries']} deliveries, {stats['preparations']} preparations, "
           f"sharing ratio {stats['sharing_ratio']:.2f} (deliveries per preparation); after the "
           f"sweep {len(stats['jobs'])} jobs, refcount {stats['refcount_total']}")

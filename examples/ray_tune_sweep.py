@@ -51,13 +51,13 @@ PATHS = [str(pathlib.Path(m.__file__).resolve().parents[i]) for m, i in
          ((osw, 0), (bench, 1), (carpool, 1))]
 
 
-def trainable(config, args=None, test=None):
+def trainable(config, args=None, test=None, train_labels=None):
     """One trial on the node it runs on: derive its subset there, train, report each epoch."""
     torch.set_num_threads(1)  # the trials share the cores with each other and the server
     socket, state_dir = carpool.ray.local_server()
     classes = osw.SUBSET_SPACES[args.subsets][config["classes"]]
     name = osw.derive_subset(args.prefix, args.base, classes, state_dir)
-    size = cds.info(name, state_dir=state_dir)["samples"]
+    expected = osw.expected_epoch(train_labels, cds.info(args.base, state_dir=state_dir), classes)
     keep = np.isin(test[1], classes)
     seed = zlib.crc32(train.get_context().get_trial_id().encode())
     model = ft.make_model(seed)
@@ -65,9 +65,9 @@ def trainable(config, args=None, test=None):
     with carpool.Loader(name, batch_size=args.batch_size, epochs=args.epochs,
                         transform=ft.TRANSFORM, socket=socket, seed=seed) as loader:
         for epoch in range(loader.epochs):
-            ids = []
-            ft.train_epoch(model, opt, osw.recorded(loader, ids))
-            once = osw.exactly_once(ids, size)
+            ids, labels = [], []
+            ft.train_epoch(model, opt, osw.recorded(loader, ids, labels))
+            once = osw.exactly_once(ids, labels, expected)
             train.report({"accuracy": ft.test_accuracy(model, (test[0][keep], test[1][keep])),
                           "epoch": epoch, "exactly_once": once, "samples": sum(map(len, ids)),
                           "job": loader.job_id})
@@ -143,7 +143,7 @@ def stopper(args):
     return MedianStop(min_trials=2, epochs=args.epochs)  # optuna_sweep.py's MedianPruner(2)
 
 
-def tune_sweep(args, test):
+def tune_sweep(args, test, train_labels):
     # With a searcher other than random search, Tune starts one trial at a time (one pending
     # placement group: ray.tune's _get_max_pending_trials), and the first trials' jobs joined 3-5 s
     # apart; let the --parallel trials start together, so that they read together and share.
@@ -151,7 +151,8 @@ def tune_sweep(args, test):
     space = {"classes": tune.choice(sorted(osw.SUBSET_SPACES[args.subsets])),
              "lr": tune.loguniform(0.005, 0.2)}
     tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(trainable, args=args, test=test), {"cpu": 1}),
+        tune.with_resources(tune.with_parameters(trainable, args=args, test=test,
+                                                 train_labels=train_labels), {"cpu": 1}),
         param_space=space,
         tune_config=tune.TuneConfig(
             metric="accuracy", mode="max", num_samples=args.trials,
@@ -186,7 +187,7 @@ def summarize(results, args, seconds):
     print(f"best trial: accuracy {best.metrics['accuracy']:.4f} classes "
           f"{best.config['classes']} lr {best.config['lr']:.4g}")
     print(f"{epochs} epochs completed; {epochs - not_once} of them held every sample of their "
-          f"dataset exactly once")
+          f"dataset exactly once, each with its label")
     return epochs, not_once
 
 
@@ -216,7 +217,7 @@ def run_sweep(args):
         files = {node: record_file(args.record, node, len(nodes)) for node in nodes}
         recorder = Recorder(files) if args.record else None
         try:
-            results = tune_sweep(args, test)
+            results = tune_sweep(args, test, read_idx(data / "train-labels-idx1-ubyte.gz"))
         finally:
             if recorder:
                 time.sleep(2)  # a record or two after the last job left

@@ -7,8 +7,8 @@
   2. 2 trials that a threshold pruner stops after their first epoch: each pruned trial's job is
      gone from the server right after its Loader's with-block, and their epochs exactly once;
   3. 1 trial without the Fashion-MNIST files: synthetic IDX data, said so.
-First, the negative controls of the epoch check: it fails an epoch with a repeat, a hole or an
-extra sample; and, end to end, a server told to repeat samples (CARPOOL_INJECT_FAULTS=repeat=…)
+First, the negative controls of the epoch check: it fails an epoch with a repeat, a hole, an
+extra sample, a foreign id or a wrong label; and, end to end, a server told to repeat samples (CARPOOL_INJECT_FAULTS=repeat=…)
 fails the sweep.
 Exit 0 when both hold, 1 otherwise, 77 (skipped) when optuna or torch is not importable."""
 
@@ -49,17 +49,26 @@ def main():
     except ImportError as e:
         print(f"SKIP: {e}; install python3-optuna and python3-torch (scripts/setup.sh)")
         return 77
-    # Negative controls of the sweep's epoch check: a repeat, a hole or an extra sample fails it.
+    # Negative controls of the sweep's epoch check. The base: ids 10..15 for records 0..5 with
+    # labels 0 1 0 1 2 0; the subset of classes 0 and 1 is ids 10 11 12 13 15. A permutation with
+    # the right labels passes; a repeat, a hole, an extra sample, a foreign id in a sample's place
+    # (same count, no repeat) and a sample with another record's label each fail it.
     controls = subprocess.run(
-        [sys.executable, "-c", "import numpy as np; from optuna_sweep import exactly_once as e; "
-         "a = np.array; print([e([a([2, 0]), a([3, 1])], 4), e([a([0, 1]), a([1, 3])], 4), "
-         "e([a([0, 1, 2])], 4), e([a([0, 1, 2, 3, 3])], 4), e([], 0)])"],
+        [sys.executable, "-c", "import numpy as np; from optuna_sweep import exactly_once as e, "
+         "expected_epoch as x; a = np.array; "
+         "E = x(a([0, 1, 0, 1, 2, 0, 1]), {'name': 'b', 'ids': [10, 15], 'samples': 6}, [0, 1]); "
+         "L = {10: 0, 11: 1, 12: 0, 13: 1, 14: 2, 15: 0, 9: 0}; "
+         "f = lambda *bs: e([a(b) for b in bs], [a([L[i] for i in b]) for b in bs], E); "
+         "print([f([13, 10], [15, 12, 11]), f([13, 10], [15, 12, 12]), f([13, 10], [15, 12]), "
+         "f([13, 10, 14], [15, 12, 11]), f([13, 10], [15, 9, 11]), "
+         "e([a([13, 10]), a([15, 12, 11])], [a([1, 0]), a([0, 1, 1])], E), "
+         "e([], [], x(a([0]), {'name': 'b', 'ids': [3, 3], 'samples': 1}, [5]))])"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
         env=dict(source_env(), PYTHONPATH=os.pathsep.join([str(ROOT / "examples"),
                                                             source_env()["PYTHONPATH"]])))
-    check(controls.stdout.strip().endswith("[True, False, False, False, True]"),
-          f"exactly_once passes a permutation and fails a repeat, a hole and an extra sample: "
-          f"{controls.stdout}")
+    check(controls.stdout.strip().endswith("[True, False, False, False, False, False, True]"),
+          f"exactly_once passes a permutation with its labels and fails a repeat, a hole, an "
+          f"extra sample, a foreign id and a wrong label: {controls.stdout}")
     with tempfile.TemporaryDirectory(prefix="carpool-optuna-check-") as tmp:
         # 6,000 samples: trials of a second or a few, recorded every 0.2 s (at 1 s an idle
         # machine ran a trial between two records, and the series saw no deliveries).
