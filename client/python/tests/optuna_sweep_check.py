@@ -8,8 +8,8 @@
      gone from the server right after its Loader's with-block, and their epochs exactly once;
   3. 1 trial without the Fashion-MNIST files: synthetic IDX data, said so.
 First, the negative controls of the epoch check: it fails an epoch with a repeat, a hole, an
-extra sample, a foreign id or a wrong label; and, end to end, a server told to repeat samples (CARPOOL_INJECT_FAULTS=repeat=…)
-fails the sweep.
+extra sample, a foreign id or a wrong label; and, end to end, a server told to repeat samples
+(CARPOOL_INJECT_FAULTS=repeat=…) fails the sweep.
 Exit 0 when both hold, 1 otherwise, 77 (skipped) when optuna or torch is not importable."""
 
 import json
