@@ -96,7 +96,12 @@ def record_until_server_stops(tmp, server):
     series = tmp / "until-stop.jsonl"
     rec = subprocess.Popen([carpool.binary(), "status", "--watch", "0.1", "--json-lines", series,
                             "--socket", server.socket], stderr=subprocess.PIPE, text=True)
-    time.sleep(0.5)
+    # Three records before the stop, however slow the recorder (0.5 s gave 2 under TSan).
+    deadline = time.monotonic() + 30
+    while not series.exists() or len(series.read_text().splitlines()) < 3:
+        check(time.monotonic() < deadline and rec.poll() is None,
+              f"the recorder wrote 3 records within 30 s (exit {rec.poll()})")
+        time.sleep(0.1)
     server.stop()
     _, err = rec.communicate(timeout=10)
     check(rec.returncode == 0 and err.count("went away") == 1,
