@@ -457,7 +457,8 @@ Status TarShardWriter::Add(std::string_view name, std::span<const uint8_t> data)
   PutOctal(h, kMtimeOff, 12, 0);
   h[kTypeOff] = '0';
   std::memcpy(h + kMagicOff, "ustar\0" "00", 8);
-  std::memcpy(h + kPrefixOff, prefix.data(), prefix.size());
+  // A short name has no prefix: a null view, which memcpy may not take even for 0 bytes (UBSan).
+  if (!prefix.empty()) std::memcpy(h + kPrefixOff, prefix.data(), prefix.size());
   std::memset(h + kSumOff, ' ', kSumLen);
   uint64_t sum = 0;
   for (size_t i = 0; i < kTarBlock; ++i) sum += h[i];

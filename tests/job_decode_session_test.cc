@@ -38,6 +38,10 @@ class JobDecodeSessionTest : public ::testing::Test {
   void TearDown() override {
     socket_.reset();
     if (plane_) plane_->Stop();
+    // The session (sink_, and the service's reference) before the plane: its timer belongs to the
+    // plane's io_context (ASan: heap-use-after-free in ~Session when the plane went first).
+    sink_.reset();
+    service_.reset();
   }
 
   // Connects as a job on "digits" that offers (or not) to decode; returns its job id.
