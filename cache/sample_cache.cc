@@ -247,9 +247,10 @@ bool SampleCache::AddDecided(uint32_t sample, int64_t delta) {
   return index_.AddDecided(sample, delta);
 }
 
-uint64_t SampleCache::DecidedEntries() const {
+SampleCache::Occupancy SampleCache::Occupied() const {
   MutexLock lock(mu_);
-  return index_.stats().decided_entries;
+  const IndexStats stats = index_.stats();
+  return Occupancy{stats.entries, stats.decided_entries};
 }
 
 void SampleCache::SetRefCount(uint32_t sample, uint32_t count) {

@@ -94,8 +94,13 @@ class SampleCache {
   void AddRefs(std::span<const uint32_t> samples, int64_t delta);
   // CacheIndex::AddDecided under the lock. O(log n).
   bool AddDecided(uint32_t sample, int64_t delta);
-  // Cached samples some job has decided (IndexStats::decided_entries). O(1).
-  uint64_t DecidedEntries() const;
+  // Cached samples, and those of them some job has decided (IndexStats::entries and
+  // decided_entries), read together. O(1).
+  struct Occupancy {
+    uint64_t entries = 0;
+    uint64_t decided = 0;
+  };
+  Occupancy Occupied() const;
   void SetRefCount(uint32_t sample, uint32_t count);
   uint32_t RefCount(uint32_t sample) const;
   // When a job is next expected to take `sample`, in seconds since options.clock_origin

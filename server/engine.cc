@@ -229,23 +229,25 @@ void Engine::FeedPreparation() {
   if (options_.cache_bytes == 0) return;  // every delivery is prepared by its assembler
   const size_t cap = 2 * workers_->size();
   if (prep_outstanding_ >= cap) return;
-  // Look no further ahead than the cache holds: what is prepared beyond that would be evicted
-  // before its use (estimated from the bytes of the samples prepared so far).
+  size_t horizon = SIZE_MAX;
+  size_t want = cap - prep_outstanding_;
   // The capacity counts slots as the allocator rounds them (UpdateCapacity), not payload bytes:
   // at 196,608-byte samples a slot takes 262,144, and a horizon from the payload overfilled the
   // cache by a third.
-  size_t horizon = SIZE_MAX;
   if (const uint64_t capacity = scheduler_->capacity(); capacity > 0) {
-    horizon = capacity;
-  }
-  // Prepare ahead only into room that holds no decided sample: past that the cache would evict
-  // samples that jobs have decided (the laggers' owed ones first) to hold samples needed later.
-  // A batch at a job's front is prepared whatever this budget (TryBuildBatch).
-  size_t want = cap - prep_outstanding_;
-  if (horizon != SIZE_MAX) {
-    const uint64_t held = cache_->DecidedEntries() + prep_outstanding_;
-    want = std::min<size_t>(want, held < horizon ? horizon - held : 0);
+    const cache::SampleCache::Occupancy held = cache_->Occupied();
+    // Prepare ahead only into room that holds no decided sample: past that the cache would evict
+    // samples that jobs have decided (the laggers' owed ones first) to hold samples needed later.
+    // A batch at a job's front is prepared whatever this budget (TryBuildBatch).
+    const uint64_t decided = held.decided + prep_outstanding_;
+    want = std::min<size_t>(want, decided < capacity ? capacity - decided : 0);
     if (want == 0) return;
+    // How far ahead: as far as the cache holds while it has empty room, and once it is full only
+    // the jobs' prefetch depths. Each sample prepared further ahead evicts one no job has decided,
+    // which a job may still draw: a replayed Ray Tune sweep at a 10% cache shared 1.78 with the
+    // whole cache as the horizon and 1.90 with the prefetch depths (docs/benchmarks.md).
+    const uint64_t occupied = held.entries + prep_outstanding_;
+    horizon = occupied < capacity ? capacity : std::min(capacity, scheduler_->PrefetchSum());
   }
   std::vector<SampleId> next;
   // Ready samples stay ready while queued, except those that fall back to queued (a failed

@@ -715,6 +715,12 @@ uint64_t Scheduler::Window(uint64_t batch, uint64_t pinned) const {
   return std::max<uint64_t>(std::max<uint64_t>(batch, 1), free > batch ? free - batch : 0);
 }
 
+uint64_t Scheduler::PrefetchSum() const {
+  uint64_t sum = 0;
+  for (const auto& [id, job] : jobs_) sum += job->prefetch;
+  return sum;
+}
+
 uint64_t Scheduler::MaxPrefetch() const {
   uint64_t prefetch = 0;
   for (const auto& [id, job] : jobs_) prefetch = std::max(prefetch, job->prefetch);

@@ -251,6 +251,9 @@ class Scheduler : public cache::NextUseOracle {
   // instead of the whole prefetch depth. O(log jobs).
   void SetBatch(JobId job, uint64_t batch);
   uint64_t capacity() const { return capacity_; }
+  // The jobs' prefetch depths added up: what their clients can take next without waiting, and so
+  // how far ahead preparing pays once the cache is full. O(jobs).
+  uint64_t PrefetchSum() const;
   // Whether the job may take (assemble and then deliver) its first `n` queued decisions now, with
   // `pinned` cache samples pinned by batches in flight. True when pacing is off, the capacity is
   // unknown, none of them would become owed (no other queue holds them, or another job already

@@ -309,19 +309,22 @@ class Sim {
   }
 
   // The tick's leftover capacity prepares queued samples ahead, earliest deadline first, as the
-  // engine's idle workers do, and like them only into room that holds no decided sample: past
-  // that, preparing ahead would evict samples that jobs have decided (the laggers' owed ones
-  // first) to hold samples needed later.
+  // engine's idle workers do, and like them only into room that holds no decided sample (past
+  // that, preparing ahead would evict samples that jobs have decided, the laggers' owed ones
+  // first, to hold samples needed later), and once the cache is full only as far as the jobs'
+  // prefetch depths (further, each would evict a sample a job may still draw).
   Status PrepareAhead() {
     if (!Limited() || budget_ == 0 || options_.cache_samples == 0) return Status::OK();
-    const uint64_t decided = index_.stats().decided_entries;
-    const uint64_t room = options_.cache_samples > decided ? options_.cache_samples - decided : 0;
+    const cache::IndexStats held = index_.stats();
+    const uint64_t capacity = options_.cache_samples;
+    const uint64_t room = capacity > held.decided_entries ? capacity - held.decided_entries : 0;
     const size_t want = static_cast<size_t>(std::min(budget_, room));
     if (want == 0) return Status::OK();
+    const uint64_t horizon =
+        held.entries < capacity ? capacity : std::min(capacity, scheduler_.PrefetchSum());
     ahead_.clear();
     scheduler_.NextToPrepare(
-        want, [this](SampleId s) { return index_.Find(s) != nullptr; }, &ahead_,
-        options_.cache_samples);
+        want, [this](SampleId s) { return index_.Find(s) != nullptr; }, &ahead_, horizon);
     for (SampleId s : ahead_) {
       evicted_.clear();
       if (!index_.MakeRoom(1, &evicted_).ok()) break;  // every entry is pinned
