@@ -157,6 +157,9 @@ def tune_sweep(args, test, train_labels):
         tune_config=tune.TuneConfig(
             metric="accuracy", mode="max", num_samples=args.trials,
             max_concurrent_trials=args.parallel, search_alg=OptunaSearch(seed=args.seed),
+            # A new trial runs in a finished one's worker: without, each started a process and
+            # imported torch, and the trials joined 8-9 s after the ones they replaced.
+            reuse_actors=True,
 
             scheduler=stopper(args)),
         run_config=train.RunConfig(storage_path=str(args.work / "ray_results"),
