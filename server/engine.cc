@@ -167,7 +167,10 @@ void Engine::CoordinatorLoop() {
 void Engine::Step() {
   ApplyReleases();
   const double now = Now();
-  if (options_.cache_bytes > 0) UpdateCapacity();
+  if (options_.cache_bytes > 0) {
+    UpdateCapacity();
+    scheduler_->SetSpareCpu(host_cpu_.Sample(now));
+  }
   for (auto& [id, job] : jobs_) {
     if (job->source != nullptr) job->source->NoteClient(now);
   }

@@ -40,6 +40,7 @@
 #include "server/engine_snapshot.h"
 #include "server/fault_injection.h"
 #include "server/gpu_service.h"
+#include "server/host_cpu.h"
 #include "server/job_service.h"
 #include "server/prepared_keys.h"
 #include "server/sample_lifecycle.h"
@@ -246,6 +247,7 @@ class Engine : public JobService {
   bool stop_ GUARDED_BY(mu_) = false;
   RefSink refs_;
   std::unique_ptr<Scheduler> scheduler_ GUARDED_BY(mu_);
+  HostCpu host_cpu_ GUARDED_BY(mu_);           // the spare CPU share for the pacing's lift
   std::unique_ptr<cache::SampleCache> cache_;  // thread-safe; a leaf: it calls nobody back
   // Thread-safe; after cache_ (its registration of the segment goes first) and before jobs_
   // (their device slots go first). Lock order: a GPU's own mutex, then the cache's (next uses).

@@ -124,6 +124,12 @@ std::string RenderPrometheus(const EngineSnapshot& s) {
   Family(&out, "carpool_pacing_lifts_total", "counter",
          "Batches let past the window because the jobs behind waited on their own clients")
       .Add(s.pacing.lifts);
+  if (s.pacing.spare_cpu >= 0) {
+    Family(&out, "carpool_pacing_spare_cpu", "gauge",
+           "Share of the CPU (or of the cgroup's quota) that other processes leave to the "
+           "server, idle or its own; the pacing's lift needs 0.1")
+        .Add(s.pacing.spare_cpu);
+  }
   Family(&out, "carpool_samples_known", "gauge", "Samples of the datasets of the jobs present")
       .Add(s.samples_known);
   Family(&out, "carpool_sample_states", "gauge",

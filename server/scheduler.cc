@@ -84,6 +84,9 @@ Scheduler::Scheduler(const SchedulerOptions& options, RefCountSink* sink)
   if (!(options_.lift_fraction >= 0 && options_.lift_fraction <= 1)) options_.lift_fraction = 0.5;
   if (!(options_.faster_margin >= 0)) options_.faster_margin = 0.2;
   if (!(options_.pace_time_constant > 0)) options_.pace_time_constant = 5.0;
+  if (!(options_.lift_spare_cpu >= 0 && options_.lift_spare_cpu <= 1)) {
+    options_.lift_spare_cpu = 0.1;
+  }
 }
 
 void Scheduler::DecayPace(Job& job, double now) const {
@@ -796,8 +799,9 @@ bool Scheduler::MayTake(JobId id, size_t n, uint64_t pinned, double now, size_t 
   }
   if (furthest_behind) return grant(false);
   // Lift for a job whose laggers are slower by nature: each waits on its own client, and this
-  // job's pace is clearly above each one's (not a lead that timing noise gave it).
-  bool all_bound = true;
+  // job's pace is clearly above each one's (not a lead that timing noise gave it); and only with
+  // spare CPU for the re-preparations it causes.
+  bool all_bound = !spare_cpu_ || *spare_cpu_ >= options_.lift_spare_cpu;
   const double pace = job->pace();
   for (const Job* lagger : laggers_) {
     // A job level with this one is no lagger: held too, its slots empty, it would never count
@@ -830,6 +834,7 @@ PacingStats Scheduler::pacing() const {
   p.derived_lookahead = options_.lookahead == 0;
   p.holds = holds_;
   p.lifts = lifts_;
+  p.spare_cpu = spare_cpu_.value_or(-1.0);
   return p;
 }
 

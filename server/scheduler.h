@@ -129,6 +129,12 @@ struct SchedulerOptions {
   // every jitter lead escapes the window (an Optuna sweep of 8 trials on 2 cores: 5,330 lifts).
   double faster_margin = 0.2;
   double pace_time_constant = 5.0;  // clock units
+  // ... and only while other processes leave at least this share of the CPU (idle, or used by
+  // the server itself: HostCpu, SetSpareCpu; DESIGN.md: the lift pays for re-preparations "with
+  // spare CPU only"). Where training processes fill the CPU a leader ahead by the OS's luck has
+  // the pace of one faster by nature, and holding it gives its CPU to its laggers. Not known
+  // (never set): no such condition.
+  double lift_spare_cpu = 0.1;
   // Following (docs/scheduler.md "Following a running job"): a new job's first epoch copies a
   // running job's draws of the samples they have in common, in that job's order, so the two
   // take them together even though the new job joined mid-epoch. Its own samples fall at
@@ -160,6 +166,7 @@ struct PacingStats {
   bool derived_lookahead = false;
   uint64_t holds = 0;      // batches refused by MayTake (each refusal counted once per batch)
   uint64_t lifts = 0;      // batches let go past the window for a consistently faster job
+  double spare_cpu = -1;   // CPU share other processes leave (SetSpareCpu); -1: not known
 };
 
 class Scheduler : public cache::NextUseOracle {
@@ -254,6 +261,9 @@ class Scheduler : public cache::NextUseOracle {
   // The jobs' prefetch depths added up: what their clients can take next without waiting, and so
   // how far ahead preparing pays once the cache is full. O(jobs).
   uint64_t PrefetchSum() const;
+  // The share of the CPU other processes leave now (HostCpu), for the lift; nullopt: not known.
+  // O(1).
+  void SetSpareCpu(std::optional<double> idle) { spare_cpu_ = idle; }
   // Whether the job may take (assemble and then deliver) its first `n` queued decisions now, with
   // `pinned` cache samples pinned by batches in flight. True when pacing is off, the capacity is
   // unknown, none of them would become owed (no other queue holds them, or another job already
@@ -357,6 +367,7 @@ class Scheduler : public cache::NextUseOracle {
   uint64_t last_pinned_ = 0;
   uint64_t last_batch_ = 0;  // of the latest MayTake, for the window shown
   uint64_t holds_ = 0, lifts_ = 0;
+  std::optional<double> spare_cpu_;  // SetSpareCpu
   uint64_t rounds_ = 0;
   double now_ = 0;
   bool cut_short_ = false;

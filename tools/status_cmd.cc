@@ -75,11 +75,14 @@ void PrintTable(const Json& s) {
                  ? " (derived)"
                  : "",
              Str(s, "policy"));
-  fmt::print("pacing {}: window {} samples of {} in the cache, {} owed, {} holds, {} lifts\n",
-             Field(pacing, "enabled").is_boolean() && Field(pacing, "enabled").get<bool>() ? "on"
-                                                                                           : "off",
-             Str(pacing, "window"), Str(pacing, "capacity_samples"), Str(pacing, "owed"),
-             Str(pacing, "holds"), Str(pacing, "lifts"));
+  const Json& spare = Field(pacing, "spare_cpu");
+  fmt::print(
+      "pacing {}: window {} samples of {} in the cache, {} owed, {} holds, {} lifts, spare CPU "
+      "{}\n",
+      Field(pacing, "enabled").is_boolean() && Field(pacing, "enabled").get<bool>() ? "on" : "off",
+      Str(pacing, "window"), Str(pacing, "capacity_samples"), Str(pacing, "owed"),
+      Str(pacing, "holds"), Str(pacing, "lifts"),
+      spare.is_number() ? fmt::format("{:.0f}%", 100 * spare.get<double>()) : "not known");
   fmt::print("\n{:>4} {:<20} {:>6} {:>7} {:>9} {:>10} {:>7} {:>11} {:>8} {:>7} {:>8}\n", "job",
              "dataset", "batch", "epoch", "progress", "rate/s", "queue", "deliveries", "skipped",
              "held/s", "follows");
