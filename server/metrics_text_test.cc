@@ -65,6 +65,16 @@ TEST(MetricsTextTest, EveryFamilyHasHelpTypeAndItsSamples) {
   EXPECT_EQ(text.back(), '\n');
 }
 
+// The spare CPU share is a gauge once measured, and absent (not 0 or -1) before.
+TEST(MetricsTextTest, SpareCpuIsShownOnlyOnceMeasured) {
+  EngineSnapshot s = TwoJobs();
+  EXPECT_EQ(RenderPrometheus(s).find("carpool_pacing_spare_cpu"), std::string::npos);
+  s.pacing.spare_cpu = 0.25;
+  const std::string text = RenderPrometheus(s);
+  EXPECT_NE(text.find("# TYPE carpool_pacing_spare_cpu gauge\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("carpool_pacing_spare_cpu 0.25\n"), std::string::npos) << text;
+}
+
 TEST(MetricsTextTest, LabelValuesAreEscaped) {
   EXPECT_EQ(EscapeLabelValue("plain"), "plain");
   EXPECT_EQ(EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
