@@ -245,12 +245,9 @@ void Engine::FeedPreparation() {
     const uint64_t decided = held.decided + prep_outstanding_;
     want = std::min<size_t>(want, decided < capacity ? capacity - decided : 0);
     if (want == 0) return;
-    // How far ahead: as far as the cache holds while it has empty room, and once it is full only
-    // the jobs' prefetch depths. Each sample prepared further ahead evicts one no job has decided,
-    // which a job may still draw: a replayed Ray Tune sweep at a 10% cache shared 1.78 with the
-    // whole cache as the horizon and 1.90 with the prefetch depths (docs/benchmarks.md).
-    const uint64_t occupied = held.entries + prep_outstanding_;
-    horizon = occupied < capacity ? capacity : std::min(capacity, scheduler_->PrefetchSum());
+    // A replayed Ray Tune sweep at a 10% cache shared 1.78 with the whole cache as the horizon and
+    // 1.90 with the prefetch depths (docs/benchmarks.md, "Issue 24, session 46").
+    horizon = scheduler_->PrepareAheadHorizon(held.entries + prep_outstanding_);
   }
   std::vector<SampleId> next;
   // Ready samples stay ready while queued, except those that fall back to queued (a failed

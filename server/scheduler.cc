@@ -718,10 +718,12 @@ uint64_t Scheduler::Window(uint64_t batch, uint64_t pinned) const {
   return std::max<uint64_t>(std::max<uint64_t>(batch, 1), free > batch ? free - batch : 0);
 }
 
-uint64_t Scheduler::PrefetchSum() const {
-  uint64_t sum = 0;
-  for (const auto& [id, job] : jobs_) sum += job->prefetch;
-  return sum;
+uint64_t Scheduler::PrepareAheadHorizon(uint64_t occupied) const {
+  if (capacity_ == 0) return UINT64_MAX;
+  if (occupied < capacity_) return capacity_;
+  uint64_t prefetch = 0;
+  for (const auto& [id, job] : jobs_) prefetch += job->prefetch;
+  return std::min(capacity_, prefetch);
 }
 
 uint64_t Scheduler::MaxPrefetch() const {

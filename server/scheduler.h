@@ -258,9 +258,12 @@ class Scheduler : public cache::NextUseOracle {
   // instead of the whole prefetch depth. O(log jobs).
   void SetBatch(JobId job, uint64_t batch);
   uint64_t capacity() const { return capacity_; }
-  // The jobs' prefetch depths added up: what their clients can take next without waiting, and so
-  // how far ahead preparing pays once the cache is full. O(jobs).
-  uint64_t PrefetchSum() const;
+  // How many queue entries NextToPrepare may look at when preparing ahead, with `occupied`
+  // samples in the cache (cached and in flight): the capacity while it has empty room, and once
+  // it is full the jobs' prefetch depths added up (what their clients can take next), since each
+  // sample prepared further ahead evicts one no job has decided but some job may still draw.
+  // Without a known capacity, no limit. O(jobs).
+  uint64_t PrepareAheadHorizon(uint64_t occupied) const;
   // The share of the CPU other processes leave now (HostCpu), for the lift; nullopt: not known.
   // O(1).
   void SetSpareCpu(std::optional<double> idle) { spare_cpu_ = idle; }

@@ -437,6 +437,21 @@ TEST(SchedulerTest, PacingHoldsALeaderNoFasterByNatureThanItsClientBoundFollower
   EXPECT_EQ(t.pacing().lifts, 1u);
 }
 
+// Preparing ahead looks as far as the cache holds while it has empty room, and once it is full
+// only as far as the jobs' prefetch depths added up (never past the capacity).
+TEST(SchedulerTest, PrepareAheadHorizonShrinksToThePrefetchDepthsOnceTheCacheIsFull) {
+  Scheduler s(Opts(64), nullptr);
+  AddIdenticalJobs(s, 1000, 3, 16);
+  EXPECT_EQ(s.PrepareAheadHorizon(0), UINT64_MAX) << "no capacity known: no limit";
+  s.SetCapacity(200);
+  EXPECT_EQ(s.PrepareAheadHorizon(0), 200u);
+  EXPECT_EQ(s.PrepareAheadHorizon(199), 200u) << "one empty slot left";
+  EXPECT_EQ(s.PrepareAheadHorizon(200), 3u * 16) << "full: 3 jobs x 16";
+  EXPECT_EQ(s.PrepareAheadHorizon(260), 3u * 16);
+  s.SetCapacity(40);
+  EXPECT_EQ(s.PrepareAheadHorizon(40), 40u) << "never past the capacity";
+}
+
 // The lift pays for re-preparations with spare CPU only: a leader twice as fast as its
 // client-bound follower is held while less than a tenth of the CPU idles (the sweeps' trials fill
 // the CPU, and a lead of the OS's luck looks like one of nature), and lifted once a tenth idles

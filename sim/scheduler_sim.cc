@@ -320,8 +320,7 @@ class Sim {
     const uint64_t room = capacity > held.decided_entries ? capacity - held.decided_entries : 0;
     const size_t want = static_cast<size_t>(std::min(budget_, room));
     if (want == 0) return Status::OK();
-    const uint64_t horizon =
-        held.entries < capacity ? capacity : std::min(capacity, scheduler_.PrefetchSum());
+    const uint64_t horizon = scheduler_.PrepareAheadHorizon(held.entries);
     ahead_.clear();
     scheduler_.NextToPrepare(
         want, [this](SampleId s) { return index_.Find(s) != nullptr; }, &ahead_, horizon);
