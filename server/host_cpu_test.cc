@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -127,16 +128,23 @@ TEST_F(HostCpuTest, NothingReadableMeansNotKnown) {
   EXPECT_FALSE(cpu.Sample(2).has_value());
 }
 
-// The real files of this machine give a share in [0, 1] (or none, in a sandbox without /proc).
-TEST(HostCpuRealTest, ThisMachinesShareIsAShare) {
-  HostCpu cpu({}, 2.0, 0.0);
+// This machine's own /proc/self/stat is parsed: against a host the fake /proc/stat shows fully
+// busy, only this process's CPU time (spent here spinning) can make a share spare.
+TEST_F(HostCpuTest, TheRealProcSelfStatIsRead) {
+  if (!fs::exists("/proc/self/stat")) GTEST_SKIP() << "no /proc/self/stat on this machine";
+  files_.self_stat = "/proc/self/stat";
+  HostCpu cpu(files_, 1e-9, 0.0);
+  Stat(0, 0);
   cpu.Sample(0);
+  const std::clock_t start = std::clock();
   volatile double spin = 0;
-  for (int i = 0; i < 2000000; ++i) spin = spin + i;
-  if (const std::optional<double> idle = cpu.Sample(0.05)) {
-    EXPECT_GE(*idle, 0.0);
-    EXPECT_LE(*idle, 1.0);
-  }
+  // 0.1 s of CPU, against 1,000 s of ticks all busy.
+  while (std::clock() - start < CLOCKS_PER_SEC / 10) spin = spin + 1;
+  Stat(100000, 0);
+  const std::optional<double> spare = cpu.Sample(1);
+  ASSERT_TRUE(spare.has_value());
+  EXPECT_GT(*spare, 0.0) << "this process's 0.1 s of CPU was not read from /proc/self/stat";
+  EXPECT_LT(*spare, 0.01);
 }
 
 }  // namespace
