@@ -35,7 +35,6 @@ class HostCpu {
   // reads a positive interval apart, or when no counter can be read. Cost: three or four small
   // file reads per `min_interval`, O(1) otherwise.
   std::optional<double> Sample(double now);
-  std::optional<double> spare() const { return spare_; }
 
  private:
   struct Counters {
